@@ -1,0 +1,1 @@
+"""Everything on the USB device side of the cable: descriptors, keymaps, profiles, configfs, writers."""

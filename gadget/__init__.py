@@ -1,1 +1,1 @@
-"""Everything on the USB device side of the cable: descriptors, keymaps, profiles, configfs, writers."""
+"""The USB device side of the cable: descriptors, keymaps, profiles, configfs, writers."""

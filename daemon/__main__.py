@@ -1,0 +1,5 @@
+import sys
+
+from daemon.service import main
+
+sys.exit(main())

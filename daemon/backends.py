@@ -1,0 +1,45 @@
+"""The three backends a daemon runs on, one interface each.
+
+board:     gadget writers (/dev/hidgN), gadget configfs profiles, V4L2 capture.
+simulated: the simulated target (daemon.sim), which stands where the kernel and the phone are.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from daemon.frames import FrameSource
+
+ROLES = ("keyboard", "consumer", "pointer")
+
+
+class HidOutput(Protocol):
+    """Where HID reports go. `role` is keyboard, consumer or pointer (mouse or touchscreen)."""
+
+    async def write(self, role: str, report: bytes) -> None:
+        """Deliver one report; raises gadget.errors.TargetNotAttached when nobody listens."""
+        ...
+
+
+class ProfileControl(Protocol):
+    """Switches the composite between the `full` and `keyboard-isolated` profiles."""
+
+    @property
+    def profile(self) -> str: ...
+
+    async def switch_profile(self, name: str) -> bool:
+        """Make `name` live (re-enumerating when it changes); True when something changed.
+        Returns once the target has enumerated the new composite."""
+        ...
+
+
+class Backend(Protocol):
+    """One backend: HID output, profile control and frames together."""
+
+    hid: HidOutput
+    profiles: ProfileControl
+    frames: FrameSource
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,440 @@
+"""The one tool catalog every transport shares.
+
+A transport decodes its wire format, asks the catalog to list or to call, and encodes the answer.
+Everything else lives here, once: policy and guards, platform filtering, exposure, availability,
+argument and result validation (jsonschema), timeouts, the detached run of HID invocations, and
+the one log line per invocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonschema
+import structlog
+
+from daemon.errors import ToolError
+
+log = structlog.get_logger("daemon.catalog")
+
+POLICIES = ("read", "write", "critical")
+Policy = Literal["read", "write", "critical"]
+# agent: model-facing (and HTTP-visible); http: HTTP-visible diagnostics kept out of the model's
+# catalog; internal: maintenance tools never listed or callable over any transport.
+Exposure = Literal["agent", "http", "internal"]
+InputMode = Literal["json", "text"]
+PLATFORMS = ("ios", "android", "macos", "windows", "linux")
+
+
+def policy_rank(policy: str) -> int:
+    return POLICIES.index(policy)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What a transport (or a paired client) may discover and execute."""
+
+    discovery_enabled: bool
+    execution_enabled: bool
+    max_policy: Policy
+
+    @staticmethod
+    def preset(name: str) -> Guard:
+        return {
+            "disabled": Guard(False, False, "read"),
+            "read-only": Guard(True, True, "read"),
+            "read-write": Guard(True, True, "write"),
+            "full-access": Guard(True, True, "critical"),
+        }[name]
+
+    def permits(self, policy: str) -> bool:
+        return policy_rank(policy) <= policy_rank(self.max_policy)
+
+    def lowered(self, client_max: str | None) -> Guard:
+        """A paired client's maxToolPolicy can lower the guard, never raise it."""
+        if client_max is None or policy_rank(client_max) >= policy_rank(self.max_policy):
+            return self
+        return Guard(self.discovery_enabled, self.execution_enabled, client_max)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "discoveryEnabled": self.discovery_enabled,
+            "executionEnabled": self.execution_enabled,
+            "maxPolicy": self.max_policy,
+        }
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool = True
+    code: str = ""
+    reason: str = ""
+    required_state: str = ""
+    remediation: str = ""
+    retryable: bool = True
+
+    def to_error(self, tool: str) -> ToolError:
+        details = {k: v for k, v in self.runtime().items() if k not in ("available",)}
+        return ToolError(
+            "tool_unavailable",
+            f"{tool} is unavailable: {self.reason or self.code}",
+            retryable=self.retryable,
+            details=details,
+        )
+
+    def runtime(self) -> dict[str, Any]:
+        """The compact runtime object of the WS contract (only when unavailable)."""
+        out: dict[str, Any] = {"available": False}
+        for key, value in (
+            ("code", self.code),
+            ("reason", self.reason),
+            ("requiredState", self.required_state),
+            ("remediation", self.remediation),
+        ):
+            if value:
+                out[key] = value
+        out["retryable"] = self.retryable
+        return out
+
+
+AVAILABLE = Availability()
+
+Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
+SchemaFor = Callable[[str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the catalog knows it. Transports project it; they never change it."""
+
+    name: str
+    description: str
+    category: str
+    policy: Policy
+    handler: Handler
+    args_schema: dict[str, Any] | SchemaFor = field(
+        default_factory=lambda: {"type": "object", "properties": {}, "additionalProperties": False}
+    )
+    result_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    example_input: Any = field(default_factory=dict)
+    input_mode: InputMode = "json"
+    title: str = ""
+    platforms: frozenset[str] | None = None  # None = portable
+    exposure: Exposure = "agent"
+    hid: bool = False  # takes part in the serialized HID flow: runs detached from its client
+    timeout_s: float | None = None  # None = the server default for its kind
+    availability: Callable[[], Availability] | None = None
+    keywords: tuple[str, ...] = ()
+    prerequisites: tuple[str, ...] = ()
+    terminating: bool = False  # ends the agent run (wait_for_wakeup)
+    evidence: bool = False  # its result carries a screenshot (post-action evidence)
+
+    def schema_for(self, platform: str) -> dict[str, Any]:
+        s = self.args_schema
+        return s(platform) if callable(s) else s
+
+    def example_text(self) -> str:
+        if isinstance(self.example_input, str):
+            return self.example_input
+        return json.dumps(self.example_input, separators=(",", ":"))
+
+
+@dataclass
+class CallContext:
+    """What a handler may know about its call. Tools never learn which transport called."""
+
+    transport: str
+    client: str = ""
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one invocation, as every transport encodes it."""
+
+    tool: ToolSpec
+    result: Any
+    error: ToolError | None
+    duration_ms: int
+    called_at: float  # time.time()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_revision(value: Any) -> str:
+    """Deterministic revision: sha256 over compact, key-sorted JSON."""
+    return "sha256:" + hashlib.sha256(_compact(value).encode()).hexdigest()
+
+
+_ERROR_CODES = {
+    "type": "type_mismatch",
+    "enum": "enum_value_invalid",
+    "const": "enum_value_invalid",
+    "required": "required_property_missing",
+    "additionalProperties": "additional_property_not_allowed",
+}
+
+
+def _schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
+    validator = jsonschema.Draft202012Validator(schema)
+    out = []
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        code = _ERROR_CODES.get(str(err.validator), f"{err.validator}_invalid")
+        if err.validator == "type" and err.instance is None:
+            code = "null_not_allowed"
+        if err.validator == "required":
+            missing = err.message.split("'")[1] if "'" in err.message else ""
+            path = f"{path}.{missing}" if missing else path
+        out.append({"path": path, "code": code, "message": err.message})
+    return out
+
+
+def validation_error(errors: list[dict[str, str]], what: str = "arguments") -> ToolError:
+    first = errors[0]
+    code = "tool_arguments_invalid" if what == "arguments" else "tool_result_schema_invalid"
+    return ToolError(
+        code,
+        f"invalid {what}: {first['path']}: {first['message']}",
+        details={"valid": False, "errors": errors},
+    )
+
+
+class Catalog:
+    """All registered tools for one configured platform."""
+
+    def __init__(
+        self,
+        platform: str,
+        specs: Iterable[ToolSpec] = (),
+        *,
+        tool_timeout_s: float = 60.0,
+        hid_timeout_s: float = 300.0,
+    ):
+        self.platform = platform
+        self.tool_timeout_s = tool_timeout_s
+        self.hid_timeout_s = hid_timeout_s
+        self._specs: dict[str, ToolSpec] = {}
+        self._detached: set[asyncio.Task[Any]] = set()
+        for spec in specs:
+            self.register(spec)
+
+    # -- registry ---------------------------------------------------------------------------
+
+    def register(self, spec: ToolSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"tool {spec.name!r} registered twice")
+        for platform in spec.platforms or ():
+            if platform not in PLATFORMS:
+                raise ValueError(f"tool {spec.name!r}: unknown platform {platform!r}")
+        jsonschema.Draft202012Validator.check_schema(spec.schema_for(self.platform))
+        jsonschema.Draft202012Validator.check_schema(spec.result_schema)
+        self._specs[spec.name] = spec
+
+    def get(self, name: str, *, include_internal: bool = False) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None or (spec.exposure == "internal" and not include_internal):
+            raise ToolError("tool_not_found", f"no tool named {name!r}", details={"tool": name})
+        return spec
+
+    def tools(
+        self,
+        guard: Guard,
+        *,
+        model_facing: bool = False,
+        exclude: Iterable[str] = (),
+    ) -> list[ToolSpec]:
+        """The tools a caller under `guard` may see, sorted by name.
+
+        model_facing=True is the platform-filtered conversational catalog; otherwise platform
+        specific tools stay listed (for the Tool Lab and manual diagnostics).
+        """
+        if not guard.discovery_enabled:
+            return []
+        skip = set(exclude)
+        out = []
+        for spec in sorted(self._specs.values(), key=lambda s: s.name):
+            if spec.exposure == "internal" or spec.name in skip or not guard.permits(spec.policy):
+                continue
+            if model_facing and (spec.exposure != "agent" or not self.runs_here(spec)):
+                continue
+            out.append(spec)
+        return out
+
+    def runs_here(self, spec: ToolSpec) -> bool:
+        return spec.platforms is None or self.platform in spec.platforms
+
+    def args_schema(self, spec: ToolSpec) -> dict[str, Any]:
+        return spec.schema_for(self.platform)
+
+    def availability(self, spec: ToolSpec) -> Availability:
+        if not self.runs_here(spec):
+            return Availability(
+                False,
+                "tool_platform_unsupported",
+                f"{spec.name} does not run on device_type {self.platform}",
+                required_state=f"device_type in {sorted(spec.platforms or ())}",
+                remediation="set [device].device_type to a supported target",
+                retryable=False,
+            )
+        if spec.availability is None:
+            return AVAILABLE
+        try:
+            return spec.availability()
+        except Exception as exc:  # an availability probe must never break listing
+            log.warning("availability_probe_failed", tool=spec.name, error=repr(exc))
+            return Availability(False, "availability_unknown", str(exc))
+
+    def definition_revision(self, spec: ToolSpec) -> str:
+        return sha256_revision(
+            {
+                "id": spec.name,
+                "name": spec.title or spec.name,
+                "description": spec.description,
+                "category": spec.category,
+                "policy": spec.policy,
+                "argumentsSchema": self.args_schema(spec),
+                "resultSchema": spec.result_schema,
+                "keywords": sorted(spec.keywords),
+                "prerequisiteToolIds": sorted(spec.prerequisites),
+                "inputMode": spec.input_mode,
+            }
+        )
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
+        errors = _schema_errors(self.args_schema(spec), args)
+        if errors:
+            raise validation_error(errors)
+
+    async def call(self, name: str, args: Any, *, guard: Guard, ctx: CallContext) -> Outcome:
+        """Run one tool: lookup, guard, availability, validation, execution, result check.
+
+        Never raises for tool problems: the Outcome carries the ToolError. HID tools run in a
+        task of their own, shielded from the caller: once accepted they finish (or hit the
+        server-side limit) even when the client goes away.
+        """
+        called_at = time.time()
+        started = time.monotonic()
+        spec: ToolSpec | None = None
+        result: Any = None
+        error: ToolError | None = None
+        try:
+            spec = self.get(name)
+            result = await self._checked_call(spec, args, guard, ctx)
+        except ToolError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            self._log(name, started, "cancelled", "client_gone", ctx)
+            raise
+        except Exception as exc:
+            log.exception("tool_exception", tool=name)
+            error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
+        code = error.code if error else None
+        self._log(name, started, "ok" if error is None else "error", code, ctx)
+        dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
+        return Outcome(dummy, result, error, int((time.monotonic() - started) * 1000), called_at)
+
+    async def _checked_call(self, spec: ToolSpec, args: Any, guard: Guard, ctx: CallContext) -> Any:
+        if not guard.execution_enabled:
+            raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
+        if not guard.permits(spec.policy):
+            raise ToolError(
+                "tool_execution_denied",
+                f"{spec.name} needs policy {spec.policy!r}; this caller is limited to "
+                f"{guard.max_policy!r}",
+                details={"policy": spec.policy, "maxPolicy": guard.max_policy},
+            )
+        # Availability is evaluated again right before execution.
+        avail = self.availability(spec)
+        if not avail.available:
+            raise avail.to_error(spec.name)
+        self.validate_arguments(spec, args)
+        if spec.hid:
+            result = await self._run_detached(spec, args, ctx)
+        else:
+            result = await self._run_with_limit(
+                spec, args, ctx, spec.timeout_s or self.tool_timeout_s
+            )
+        errors = _schema_errors(spec.result_schema, result)
+        if errors:
+            log.error("tool_result_invalid", tool=spec.name, errors=errors)
+            raise validation_error(errors, "result")
+        return result
+
+    async def _run_with_limit(
+        self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext, limit: float
+    ) -> Any:
+        try:
+            async with asyncio.timeout(limit):
+                return await spec.handler(args, ctx)
+        except TimeoutError:
+            raise ToolError(
+                "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
+            ) from None
+
+    async def _run_detached(self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext) -> Any:
+        limit = spec.timeout_s or self.hid_timeout_s
+        task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit))
+        self._detached.add(task)
+        task.add_done_callback(self._detached.discard)
+        # The caller may be cancelled (client gone); the task goes on to its end.
+        return await asyncio.shield(task)
+
+    async def drain(self, timeout: float) -> int:
+        """Wait for running HID invocations (at shutdown); cancel those still running after
+        `timeout`. Returns how many had to be cut."""
+        pending = {t for t in self._detached if not t.done()}
+        if not pending:
+            return 0
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=5)
+        return len(still)
+
+    def _log(
+        self, name: str, started: float, outcome: str, code: str | None, ctx: CallContext
+    ) -> None:
+        log.info(
+            "tool_invocation",
+            tool=name,
+            transport=ctx.transport,
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            outcome=outcome,
+            error_code=code,
+        )
+
+
+async def _no_handler(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise ToolError("tool_not_found", "no such tool")
+
+
+def object_schema(
+    properties: Mapping[str, Any], required: Iterable[str] = (), **extra: Any
+) -> dict[str, Any]:
+    """A closed JSON object schema (additionalProperties false, the catalog's default)."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": dict(properties),
+        "additionalProperties": False,
+    }
+    req = list(required)
+    if req:
+        schema["required"] = req
+    schema.update(extra)
+    return schema

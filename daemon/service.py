@@ -1,0 +1,161 @@
+"""fingertipd: load the config, build the backend and the catalog, serve the transports, and
+stop gracefully (HID invocations finish or are cut, everything released, full profile back)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+from gadget.log import configure_logging
+
+from daemon import systemd
+from daemon.auth import Auth, ensure_state_dir, load_or_create_token
+from daemon.backends import Backend
+from daemon.catalog import Catalog, Guard
+from daemon.config import Config, ConfigError, load
+from daemon.runtime import Runtime
+from daemon.screen.service import Screen
+from daemon.tools import build_catalog
+from daemon.tools.shell import ShellService
+from daemon.transports.http import HttpApi, security_middleware
+
+log = structlog.get_logger("daemon.service")
+
+
+class SimulatedBackend:
+    """The simulated target plays all three backends (daemon.sim)."""
+
+    def __init__(self, config: Config):
+        from daemon.sim.target import SimTarget
+
+        b = config.backend
+        self.target = SimTarget(
+            config.platform,
+            width=b.sim_width or None,
+            height=b.sim_height or None,
+            reenumerate_s=b.sim_reenumerate_s,
+        )
+        self.hid = self.profiles = self.frames = self.target
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def build_backend(config: Config) -> Backend:
+    if config.backend.kind == "simulated":
+        return SimulatedBackend(config)  # type: ignore[return-value]
+    from daemon.board import BoardBackend
+
+    return BoardBackend(config)
+
+
+class Daemon:
+    """One running daemon: runtime, catalog, aiohttp app and its listeners."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.backend = build_backend(config)
+        self.rt = Runtime(config, self.backend, Screen(self.backend.frames, config.capture))
+        self.rt.shell = ShellService(self.rt)
+        self.catalog: Catalog = build_catalog(self.rt)
+        self.auth = Auth(config, load_or_create_token(config))
+        self.app = web.Application(
+            client_max_size=config.server.max_body_bytes,
+            middlewares=[security_middleware(self.auth)],
+        )
+        self.app["daemon"] = self
+        self.app.add_routes(
+            HttpApi(self.catalog, self.auth, Guard.preset(config.guard.http)).routes()
+        )
+        if isinstance(self.backend, SimulatedBackend):
+            from daemon.transports.sim_control import routes as sim_routes
+
+            self.app.add_routes(sim_routes(self.backend.target))
+        # Transports and services register what must run at stop, in reverse order.
+        self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        await self.backend.start()
+        self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await self.runner.setup()
+        for addr in self.config.server.listen:
+            await web.TCPSite(self.runner, addr, self.config.server.port).start()
+        log.info(
+            "listening",
+            addresses=self.config.server.listen,
+            port=self.config.server.port,
+            backend=self.config.backend.kind,
+            platform=self.config.platform,
+            tools=len(self.catalog.tools(Guard.preset("full-access"))),
+        )
+
+    async def stop(self) -> None:
+        cut = await self.catalog.drain(self.config.server.shutdown_grace_s)
+        if cut:
+            log.warning("hid_invocations_cut_at_shutdown", count=cut)
+        for hook in reversed(self.on_stop):
+            try:
+                await hook()
+            except Exception:
+                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.backend.close()
+        log.info("stopped")
+
+
+async def serve(config: Config) -> None:
+    ensure_state_dir(config.state_dir)
+    daemon = Daemon(config)
+    await daemon.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    systemd.notify("READY=1")
+    interval = systemd.watchdog_interval()
+    watchdog = asyncio.create_task(systemd.watchdog_loop(interval)) if interval else None
+    await stop.wait()
+    systemd.notify("STOPPING=1")
+    log.info("stopping")
+    if watchdog is not None:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
+    await daemon.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fingertipd", description=__doc__)
+    parser.add_argument(
+        "--config", type=Path, help="config file (default /etc/fingertip/fingertip.toml)"
+    )
+    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        print(f"fingertipd: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"fingertipd: {config.source}: ok")
+        return 0
+    configure_logging(config.log.level, config.log.format)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:  # e.g. the port is taken: one clear line
+        print(f"fingertipd: {exc}", file=sys.stderr)
+        return 1
+    return 0

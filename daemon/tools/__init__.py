@@ -1,0 +1,20 @@
+"""Tool definitions. Each module exposes `tools(rt) -> list[ToolSpec]`; build_catalog holds them
+all — the one place a tool module is registered."""
+
+from __future__ import annotations
+
+from daemon.catalog import Catalog
+from daemon.runtime import Runtime
+
+
+def build_catalog(rt: Runtime) -> Catalog:
+    from daemon.tools import screen, shell, system
+
+    cfg = rt.config.server
+    catalog = Catalog(
+        rt.platform, tool_timeout_s=cfg.tool_timeout_s, hid_timeout_s=cfg.hid_timeout_s
+    )
+    for module in (system, shell, screen):
+        for spec in module.tools(rt):
+            catalog.register(spec)
+    return catalog

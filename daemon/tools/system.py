@@ -1,0 +1,266 @@
+"""Portable system tools: health_check, weather, wait_for_wakeup, and SKILL.md skills."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from daemon.catalog import CallContext, ToolSpec, object_schema
+from daemon.errors import ToolError
+from daemon.runtime import VERSION, Runtime
+
+TEXT_ARGS = object_schema({"input": {"type": "string"}})
+
+
+def health_tool(rt: Runtime) -> ToolSpec:
+    async def health(args: dict[str, Any], ctx: CallContext) -> Any:
+        capture_ok, capture_reason = rt.backend.frames.available()
+        return {
+            "ok": True,
+            "version": VERSION,
+            "uptime_s": round(time.monotonic() - rt.started_at, 1),
+            "device_type": rt.config.device.device_type,
+            "platform": rt.platform,
+            "backend": rt.config.backend.kind,
+            "profile": rt.backend.profiles.profile,
+            "run_state": rt.run_state.state,
+            "capture": {"available": capture_ok, "reason": capture_reason},
+        }
+
+    return ToolSpec(
+        name="health_check",
+        title="Health Check",
+        description="Report that the daemon is up: version, uptime, target type, backend, live "
+        "USB profile, run state and whether screen capture is available. Takes no arguments.",
+        category="system",
+        policy="read",
+        handler=health,
+        example_input={},
+        result_schema=object_schema(
+            {
+                "ok": {"type": "boolean"},
+                "version": {"type": "string"},
+                "uptime_s": {"type": "number"},
+                "device_type": {"type": "string"},
+                "platform": {"type": "string"},
+                "backend": {"type": "string"},
+                "profile": {"type": "string"},
+                "run_state": {"type": "string"},
+                "capture": {"type": "object"},
+            },
+            required=["ok", "version"],
+        ),
+        keywords=("status", "ping"),
+    )
+
+
+_WEATHER_ARGS = object_schema(
+    {
+        "location": {"type": "string", "minLength": 1, "description": "a place name"},
+        "latitude": {"type": "number", "minimum": -90, "maximum": 90},
+        "longitude": {"type": "number", "minimum": -180, "maximum": 180},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7, "default": 3},
+    },
+    oneOf=[{"required": ["location"]}, {"required": ["latitude", "longitude"]}],
+)
+
+
+def weather_tool(rt: Runtime) -> ToolSpec:
+    cfg = rt.config.weather
+
+    async def get_json(session: aiohttp.ClientSession, url: str, params: dict[str, Any]) -> Any:
+        try:
+            async with session.get(url, params=params) as resp:
+                if resp.status != 200:
+                    raise ToolError(
+                        "weather_upstream_error",
+                        f"weather service answered HTTP {resp.status}",
+                        retryable=resp.status >= 500,
+                    )
+                return await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ToolError(
+                "weather_unavailable",
+                f"weather service unreachable ({type(exc).__name__}); the board may be offline",
+                retryable=True,
+            ) from None
+
+    async def weather(args: dict[str, Any], ctx: CallContext) -> Any:
+        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            place: dict[str, Any]
+            if "location" in args:
+                found = await get_json(
+                    session, cfg.geocoding_url, {"name": args["location"], "count": 1}
+                )
+                results = (found or {}).get("results") or []
+                if not results:
+                    raise ToolError(
+                        "weather_location_not_found", f"no place called {args['location']!r}"
+                    )
+                r = results[0]
+                place = {
+                    "name": r.get("name"),
+                    "country": r.get("country"),
+                    "latitude": r["latitude"],
+                    "longitude": r["longitude"],
+                    "timezone": r.get("timezone"),
+                }
+            else:
+                place = {"latitude": args["latitude"], "longitude": args["longitude"]}
+            data = await get_json(
+                session,
+                cfg.forecast_url,
+                {
+                    "latitude": place["latitude"],
+                    "longitude": place["longitude"],
+                    "current": "temperature_2m,relative_humidity_2m,weather_code,wind_speed_10m",
+                    "daily": "weather_code,temperature_2m_max,temperature_2m_min,"
+                    "precipitation_probability_max",
+                    "forecast_days": args.get("days", 3),
+                    "timezone": "auto",
+                },
+            )
+        daily = data.get("daily") or {}
+        days = [
+            {key: daily[key][i] for key in daily if isinstance(daily.get(key), list)}
+            for i in range(len(daily.get("time") or []))
+        ]
+        return {
+            "location": place,
+            "current": data.get("current") or {},
+            "units": data.get("current_units") or {},
+            "forecast": days,
+        }
+
+    return ToolSpec(
+        name="weather",
+        title="Weather",
+        description="Current weather and a short forecast (up to 7 days) from Open-Meteo for a "
+        "place name or latitude/longitude. Needs the board to be online; offline is a "
+        "retryable weather_unavailable error.",
+        category="information",
+        policy="read",
+        handler=weather,
+        args_schema=_WEATHER_ARGS,
+        example_input={"location": "Shanghai"},
+        keywords=("forecast", "temperature"),
+    )
+
+
+def wakeup_tool(rt: Runtime) -> ToolSpec:
+    async def wait_for_wakeup(args: dict[str, Any], ctx: CallContext) -> Any:
+        reason = args.get("reason", "")
+        rt.run_state.set("waiting_for_wakeup", reason)
+        return {
+            "ok": True,
+            "wait_for_wakeup_requested": True,
+            "wait_for_wakeup_reason": reason,
+            # Compatibility aliases kept by the contract.
+            "sleep_requested": True,
+            "sleep_reason": reason,
+        }
+
+    return ToolSpec(
+        name="wait_for_wakeup",
+        title="Wait For Wakeup",
+        description="End the current agent run and return to waiting for the next wakeup. Use "
+        "it when the user asks to sleep, stop listening or wait for the next wakeup, instead of "
+        "replying with text. Terminating: no final answer is expected after it succeeds.",
+        category="runtime",
+        policy="read",
+        handler=wait_for_wakeup,
+        args_schema=object_schema({"reason": {"type": "string", "maxLength": 500}}),
+        result_schema=object_schema(
+            {
+                "ok": {"type": "boolean"},
+                "wait_for_wakeup_requested": {"type": "boolean"},
+                "wait_for_wakeup_reason": {"type": "string"},
+                "sleep_requested": {"type": "boolean"},
+                "sleep_reason": {"type": "string"},
+            },
+            required=["wait_for_wakeup_requested", "sleep_requested"],
+        ),
+        example_input={"reason": "user asked to sleep"},
+        terminating=True,
+    )
+
+
+_FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
+_NAME = re.compile(r"[^a-z0-9_]+")
+
+
+def _skill_meta(text: str, fallback: str) -> tuple[str, str]:
+    """(name, description) from the SKILL.md front matter (simple `key: value` lines)."""
+    meta: dict[str, str] = {}
+    m = _FRONT_MATTER.match(text)
+    if m:
+        for line in m.group(1).splitlines():
+            key, sep, value = line.partition(":")
+            if sep and not line.startswith((" ", "\t")):
+                meta[key.strip()] = value.strip().strip("'\"")
+    name = _NAME.sub("_", (meta.get("name") or fallback).lower()).strip("_") or fallback
+    return name, meta.get("description", f"The {name} skill.")
+
+
+def skill_tools(rt: Runtime) -> list[ToolSpec]:
+    """Every */SKILL.md under the skills folder is a text-mode tool returning its content."""
+    if not rt.config.skills.dir:
+        return []
+    specs = []
+    for path in sorted(Path(rt.config.skills.dir).glob("*/SKILL.md")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        name, description = _skill_meta(text, path.parent.name)
+
+        async def read_skill(args: dict[str, Any], ctx: CallContext, path: Path = path) -> Any:
+            try:
+                content = await asyncio.to_thread(path.read_text, encoding="utf-8")
+                return {"skill": path.parent.name, "content": content}
+            except OSError as exc:
+                raise ToolError("skill_unreadable", f"cannot read {path}: {exc}") from None
+
+        specs.append(
+            ToolSpec(
+                name=f"skill_{name}",
+                title=f"Skill: {name}",
+                description=f"{description} Returns the skill's SKILL.md instructions.",
+                category="skill",
+                policy="read",
+                handler=read_skill,
+                input_mode="text",
+                args_schema=TEXT_ARGS,
+                example_input=name,
+            )
+        )
+    return specs
+
+
+def internal_tools(rt: Runtime) -> list[ToolSpec]:
+    """Maintenance tools of the agent runtime: registered, never listed or callable over a
+    transport (exposure internal)."""
+
+    async def refuse(args: dict[str, Any], ctx: CallContext) -> Any:
+        raise ToolError("tool_not_found", "internal tool")
+
+    return [
+        ToolSpec(n, d, "maintenance", "write", refuse, exposure="internal")
+        for n, d in (
+            ("skill_manage", "Create, edit or delete skills (agent-internal)."),
+            ("skill_mark_used", "Record that a skill was used (agent-internal)."),
+        )
+    ]
+
+
+def tools(rt: Runtime) -> list[ToolSpec]:
+    return [
+        health_tool(rt),
+        weather_tool(rt),
+        wakeup_tool(rt),
+        *skill_tools(rt),
+        *internal_tools(rt),
+    ]

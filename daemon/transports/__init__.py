@@ -1,0 +1,1 @@
+"""Transports: thin codecs over the one catalog (HTTP, WebSocket, msgpack IPC)."""

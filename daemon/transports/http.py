@@ -1,0 +1,257 @@
+"""The HTTP tools API (spec/http-tools-api.txt): a codec over the catalog.
+
+Status mapping (every body has the same JSON shape as a success; `error` carries the code):
+  200  the tool ran: success, or a tool failure with is_error true (tool_execution_failed,
+       tool_timeout, capture errors, ...)
+  400  tool_call_payload_invalid (malformed JSON, wrong body shape, raw_input not JSON for a
+       json tool), tool_arguments_invalid (schema errors listed in error.details)
+  401  auth_required: write/critical tool off loopback without a valid bearer token
+  403  tool_execution_denied (guard), host_not_allowed, origin_not_allowed
+  404  tool_not_found (unknown or internal tool)
+  413  request_too_large
+  500  tool_execution_exception, tool_result_schema_invalid (a bug on our side)
+  503  tool_unavailable (e.g. capture gone; retryable, details say how to fix it)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from daemon.auth import Auth, is_loopback
+from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
+from daemon.errors import ToolError
+from daemon.transports.skill_bundle import skill_bundle
+
+STATUS = {
+    "tool_call_payload_invalid": 400,
+    "tool_arguments_invalid": 400,
+    "auth_required": 401,
+    "tool_execution_denied": 403,
+    "host_not_allowed": 403,
+    "origin_not_allowed": 403,
+    "tool_not_found": 404,
+    "request_too_large": 413,
+    "tool_execution_exception": 500,
+    "tool_result_schema_invalid": 500,
+    "tool_unavailable": 503,
+}
+
+
+def iso_utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
+    """The HTTP catalog entry of one tool."""
+    out: dict[str, Any] = {
+        "name": spec.name,
+        "category": spec.category,
+        "description": spec.description,
+        "input_mode": spec.input_mode,
+        "example_input": spec.example_text(),
+        "args_schema": catalog.args_schema(spec),
+        "policy": spec.policy,
+        "http": {"method": "POST", "path": f"/api/tools/{spec.name}"},
+    }
+    if spec.platforms is not None:
+        out["platforms"] = sorted(spec.platforms)
+    avail = catalog.availability(spec)
+    if not avail.available:
+        out["runtime"] = avail.runtime()
+    return out
+
+
+def output_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
+class HttpApi:
+    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard):
+        self.catalog = catalog
+        self.auth = auth
+        self.guard = guard
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/tools", self.list_tools),
+            web.post("/api/tools/{name}", self.call_tool),
+            web.get("/api/tool-skills", self.tool_skills),
+        ]
+
+    def _guard_for(self, request: web.Request) -> Guard:
+        client = self.auth.client(request.headers.get("Authorization"), None)
+        return self.guard.lowered(client.max_policy)
+
+    async def list_tools(self, request: web.Request) -> web.Response:
+        specs = self.catalog.tools(self._guard_for(request))
+        return web.json_response(
+            {
+                "platform": self.catalog.platform,
+                "count": len(specs),
+                "tools": [project(s, self.catalog) for s in specs],
+            }
+        )
+
+    async def tool_skills(self, request: web.Request) -> web.Response:
+        specs = self.catalog.tools(self._guard_for(request), model_facing=True)
+        base = f"{request.scheme}://{request.host}"
+        return web.Response(
+            text=skill_bundle(specs, self.catalog, base),
+            content_type="text/markdown",
+            charset="utf-8",
+        )
+
+    async def call_tool(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        called_at = time.time()
+        started = time.monotonic()
+        spec: ToolSpec | None = None
+        raw_input: str | None = None
+        try:
+            spec = self.catalog.get(name)
+            client = self.auth.client(request.headers.get("Authorization"), None)
+            remote_ok = is_loopback(request.remote) and not self.auth.require_on_loopback
+            if spec.policy != "read" and not client.authenticated and not remote_ok:
+                raise ToolError(
+                    "auth_required",
+                    f"{name} is a {spec.policy} tool: send 'Authorization: Bearer <token>' "
+                    "(the pairing token in the state folder)",
+                )
+            args, raw_input = await self._decode(request, spec)
+        except ToolError as exc:
+            return self._reply(spec, raw_input, None, exc, started, called_at)
+        outcome = await self.catalog.call(
+            name,
+            args,
+            guard=self.guard.lowered(client.max_policy),
+            ctx=CallContext("http", client=request.remote or ""),
+        )
+        return self._outcome(outcome, raw_input)
+
+    async def _decode(self, request: web.Request, spec: ToolSpec) -> tuple[Any, str]:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise ToolError(
+                "request_too_large",
+                f"request body is larger than {exc.max_size} bytes",
+                details={"max_bytes": exc.max_size},
+            ) from None
+        if not body.strip():
+            doc: Any = {}
+        else:
+            try:
+                doc = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise _payload_error(f"body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or set(doc) - {"input", "raw_input"}:
+            raise _payload_error(
+                'body must be a JSON object {"input": ...} or {"raw_input": "..."}'
+            )
+        if "input" in doc and "raw_input" in doc:
+            raise _payload_error("send either input or raw_input, not both")
+        if "raw_input" in doc:
+            raw = doc["raw_input"]
+            if not isinstance(raw, str):
+                raise _payload_error("raw_input must be a string")
+            if spec.input_mode == "text":
+                return {"input": raw}, raw
+            try:
+                return (json.loads(raw) if raw.strip() else {}), raw
+            except ValueError as exc:
+                raise _payload_error(
+                    f"raw_input is not valid JSON for this json tool: {exc}"
+                ) from None
+        value = doc.get("input", {})
+        if spec.input_mode == "text" and isinstance(value, str):
+            return {"input": value}, value
+        return value, output_text(value)
+
+    def _outcome(self, outcome: Outcome, raw_input: str | None) -> web.Response:
+        spec = None if outcome.error and outcome.error.code == "tool_not_found" else outcome.tool
+        return self._respond(
+            spec, raw_input, outcome.result, outcome.error, outcome.duration_ms, outcome.called_at
+        )
+
+    def _reply(
+        self,
+        spec: ToolSpec | None,
+        raw_input: str | None,
+        result: Any,
+        error: ToolError | None,
+        started: float,
+        called_at: float,
+    ) -> web.Response:
+        ms = int((time.monotonic() - started) * 1000)
+        return self._respond(spec, raw_input, result, error, ms, called_at)
+
+    def _respond(
+        self,
+        spec: ToolSpec | None,
+        raw_input: str | None,
+        result: Any,
+        error: ToolError | None,
+        duration_ms: int,
+        called_at: float,
+    ) -> web.Response:
+        body: dict[str, Any] = {
+            "tool": project(spec, self.catalog) if spec else None,
+            "raw_input": raw_input or "",
+            "output": output_text(error.to_dict() if error else result),
+            "is_error": error is not None,
+            "duration_ms": duration_ms,
+            "called_at": iso_utc(called_at),
+        }
+        if error is not None:
+            body["error"] = error.to_dict()
+        status = STATUS.get(error.code, 200) if error else 200
+        return web.json_response(body, status=status, dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _payload_error(message: str) -> ToolError:
+    return ToolError("tool_call_payload_invalid", message)
+
+
+def error_body(error: ToolError) -> dict[str, Any]:
+    """The same JSON shape for errors raised before any tool is known (middleware)."""
+    return {
+        "tool": None,
+        "raw_input": "",
+        "output": output_text(error.to_dict()),
+        "is_error": True,
+        "duration_ms": 0,
+        "called_at": iso_utc(time.time()),
+        "error": error.to_dict(),
+    }
+
+
+def security_middleware(auth: Auth) -> Any:
+    """Refuse foreign Host headers and cross-site browser requests before any handler runs,
+    so a web page open on the target cannot drive it."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        error: ToolError | None = None
+        if not auth.host_allowed(request.headers.get("Host")):
+            error = ToolError("host_not_allowed", f"Host {request.host!r} is not one of ours")
+        elif not auth.origin_allowed(request.headers.get("Origin")):
+            error = ToolError(
+                "origin_not_allowed", f"Origin {request.headers.get('Origin')!r} is not ours"
+            )
+        if error is not None:
+            return web.json_response(error_body(error), status=403)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return middleware

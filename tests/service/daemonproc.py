@@ -1,0 +1,168 @@
+"""Start the real fingertipd as a subprocess on a free loopback port (simulated target).
+
+Readiness is taken from the daemon's own sd_notify READY=1 on a NOTIFY_SOCKET the test owns,
+which also proves that READY is sent only once the listeners are up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+def write_config(path: Path, tables: dict[str, dict[str, Any]]) -> None:
+    lines = []
+    for table, values in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+class DaemonProcess:
+    def __init__(self, tmp: Path, overrides: dict[str, dict[str, Any]] | None = None):
+        self.tmp = tmp
+        self.port = free_port()
+        self.state_dir = tmp / "state"
+        tables: dict[str, dict[str, Any]] = {
+            "device": {"device_type": "iOS"},
+            "server": {"listen": ["127.0.0.1"], "port": self.port, "shutdown_grace_s": 10.0},
+            "backend": {"kind": "simulated"},
+            "guard": {"http": "full-access", "ws": "full-access", "ipc": "full-access"},
+            "state": {"dir": str(self.state_dir)},
+            "log": {"format": "json", "level": "debug"},
+        }
+        for table, values in (overrides or {}).items():
+            tables.setdefault(table, {}).update(values)
+        self.tables = tables
+        self.config_path = tmp / "fingertip.toml"
+        write_config(self.config_path, tables)
+        self.log_path = tmp / "daemon.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.state_dir / "pairing-token").read_text().strip()
+
+    def start(self, timeout: float = 30.0) -> DaemonProcess:
+        notify_path = self.tmp / "notify.sock"
+        with contextlib.suppress(FileNotFoundError):
+            notify_path.unlink()
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind(str(notify_path))
+        notify.settimeout(0.2)
+        env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), "PYTHONUNBUFFERED": "1"}
+        env.pop("WATCHDOG_USEC", None)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "--config", str(self.config_path)],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.notifications: list[str] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"fingertipd exited {self.proc.returncode}:\n{self.logs()}")
+                try:
+                    msg = notify.recv(4096).decode()
+                except TimeoutError:
+                    continue
+                self.notifications.append(msg)
+                if "READY=1" in msg:
+                    self._notify = notify
+                    return self
+            raise RuntimeError(f"fingertipd not ready in {timeout}s:\n{self.logs()}")
+        except BaseException:
+            notify.close()
+            self.kill()
+            raise
+
+    def drain_notifications(self) -> list[str]:
+        with contextlib.suppress(TimeoutError, OSError):
+            while True:
+                self.notifications.append(self._notify.recv(4096).decode())
+        return self.notifications
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.logs().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(Exception):
+            self._log.close()
+        with contextlib.suppress(Exception):
+            self._notify.close()
+
+    # Small synchronous helpers (the tests themselves use aiohttp).
+    def get_json(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def post_json(self, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(
+            self.base + path,
+            data=json.dumps(body or {}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def sim_state(self) -> Any:
+        return self.get_json("/api/sim/state")

@@ -73,8 +73,9 @@ def output_text(result: Any) -> str:
 
 
 class HttpApi:
-    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard):
+    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, max_body_bytes: int):
         self.catalog = catalog
+        self.max_body_bytes = max_body_bytes
         self.auth = auth
         self.guard = guard
 
@@ -138,11 +139,11 @@ class HttpApi:
     async def _decode(self, request: web.Request, spec: ToolSpec) -> tuple[Any, str]:
         try:
             body = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
+        except web.HTTPRequestEntityTooLarge:
             raise ToolError(
                 "request_too_large",
-                f"request body is larger than {exc.max_size} bytes",
-                details={"max_bytes": exc.max_size},
+                f"request body is larger than {self.max_body_bytes} bytes",
+                details={"max_bytes": self.max_body_bytes},
             ) from None
         if not body.strip():
             doc: Any = {}

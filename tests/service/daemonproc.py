@@ -51,8 +51,14 @@ def write_config(path: Path, tables: dict[str, dict[str, Any]]) -> None:
 
 
 class DaemonProcess:
-    def __init__(self, tmp: Path, overrides: dict[str, dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        overrides: dict[str, dict[str, Any]] | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.tmp = tmp
+        self.extra_env = env or {}
         self.port = free_port()
         self.state_dir = tmp / "state"
         tables: dict[str, dict[str, Any]] = {
@@ -61,6 +67,7 @@ class DaemonProcess:
             "backend": {"kind": "simulated"},
             "guard": {"http": "full-access", "ws": "full-access", "ipc": "full-access"},
             "state": {"dir": str(self.state_dir)},
+            "ipc": {"socket": str(tmp / "ipc.sock")},
             "log": {"format": "json", "level": "debug"},
         }
         for table, values in (overrides or {}).items():
@@ -88,6 +95,7 @@ class DaemonProcess:
         notify.settimeout(0.2)
         env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), "PYTHONUNBUFFERED": "1"}
         env.pop("WATCHDOG_USEC", None)
+        env.update(self.extra_env)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "daemon", "--config", str(self.config_path)],
@@ -117,6 +125,8 @@ class DaemonProcess:
             raise
 
     def drain_notifications(self) -> list[str]:
+        if not hasattr(self, "_notify"):
+            return self.notifications
         with contextlib.suppress(TimeoutError, OSError):
             while True:
                 self.notifications.append(self._notify.recv(4096).decode())
@@ -139,6 +149,7 @@ class DaemonProcess:
         try:
             return self.proc.wait(timeout)
         finally:
+            self.drain_notifications()
             self.kill()
 
     def kill(self) -> None:

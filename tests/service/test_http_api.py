@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -325,20 +326,18 @@ async def test_guard_denies_critical(make_daemon: Callable[..., DaemonProcess]) 
 
 @pytest.fixture
 def offloop_addr() -> Iterator[str]:
-    """A non-loopback address on this machine: a dummy link with a link-local address, so a
-    request reaches the daemon from an address that is not 127.0.0.0/8 (nothing leaves it)."""
-    addr, link = "169.254.231.1", "fttest0"
-    made = subprocess.run(["ip", "link", "add", link, "type", "dummy"], capture_output=True)
+    """A non-loopback address on this machine: a link-local /32 added to `lo`, so a request
+    reaches the daemon from an address outside 127.0.0.0/8 while nothing leaves the machine."""
+    addr = "169.254.231.1"
+    made = subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", "lo"], capture_output=True)
     if made.returncode != 0:
         pytest.skip(
-            f"cannot create a dummy link (needs root and iproute2): {made.stderr.decode().strip()}"
+            f"cannot add a test address (needs root and iproute2): {made.stderr.decode().strip()}"
         )
     try:
-        subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", link], check=True)
-        subprocess.run(["ip", "link", "set", link, "up"], check=True)
         yield addr
     finally:
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
+        subprocess.run(["ip", "addr", "del", f"{addr}/32", "dev", "lo"], capture_output=True)
 
 
 async def test_token_required_off_loopback(
@@ -393,15 +392,7 @@ async def test_invocations_are_logged_once(daemon: DaemonProcess) -> None:
 
 
 async def test_sd_notify_ready_stopping_and_watchdog(tmp_path: Path) -> None:
-    d = DaemonProcess(tmp_path)
-    import os
-
-    os.environ["WATCHDOG_USEC"] = "400000"
-    try:
-        d.start()
-    finally:
-        del os.environ["WATCHDOG_USEC"]
-    import asyncio
+    d = DaemonProcess(tmp_path, env={"WATCHDOG_USEC": "400000"}).start()
 
     await asyncio.sleep(0.6)
     assert d.stop() == 0

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import jsonschema
 from gadget.settings import GadgetSettings
@@ -89,6 +89,22 @@ class GuardConfig:
 
 
 @dataclass(frozen=True)
+class IpcConfig:
+    """The local msgpack socket of the `fingertip` CLI. Root and the daemon's own uid are always
+    allowed (they could read the daemon's memory anyway); everyone else must be listed."""
+
+    socket: str = _key("/run/fingertip/ipc.sock", {"type": "string", "minLength": 1})
+    mode: str = _key("0660", {"type": "string", "pattern": "^0?[0-7]{3}$"}, "octal, like chmod")
+    owner: str = _key("", _STR, "user name or uid of the socket file; empty = the daemon's")
+    group: str = _key("", _STR, "group name or gid of the socket file; empty = the daemon's")
+    allowed_uids: list[int] = _key([], {"type": "array", "items": {"type": "integer"}})
+    allowed_gids: list[int] = _key(
+        [], {"type": "array", "items": {"type": "integer"}}, "primary or supplementary groups"
+    )
+    max_frame_bytes: int = _key(4 << 20, _int(64 << 10, 64 << 20), "largest request frame")
+
+
+@dataclass(frozen=True)
 class AuthConfig:
     token: str = _key("", _STR, "pairing token; empty = generated into state_dir/pairing-token")
     require_on_loopback: bool = _key(False, _BOOL, "also require the token on 127.0.0.1")
@@ -118,6 +134,54 @@ class BackendConfig:
     sim_width: int = _key(0, _int(0, 8192), "simulated screen width; 0 = by platform")
     sim_height: int = _key(0, _int(0, 8192))
     sim_reenumerate_s: float = _key(0.05, _num(0, 10))
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Timings of the input engine (daemon/engine). Defaults follow what real phones showed other
+    projects (shared/target-facts.md); the kernel tier and real boards may tune them."""
+
+    tap_hold_ms: float = _key(60.0, _num(1, 5000), "contact held for a tap")
+    ios_cursor_settle_ms: float = _key(
+        80.0, _num(0, 2000), "iOS: wait after moving the mouse before pressing (cursor animates)"
+    )
+    swipe_hold_before_ms: float = _key(
+        80.0, _num(0, 2000), "least dwell after touching down before a swipe moves"
+    )
+    long_press_ms: float = _key(1500.0, _num(100, 60000), "contact held for a long_press")
+    double_tap_gap_ms: float = _key(100.0, _num(10, 2000), "between the taps of a double_tap")
+    key_hold_ms: float = _key(60.0, _num(1, 5000), "a single key or media key held")
+    chord_hold_ms: float = _key(120.0, _num(1, 5000), "a chord held once all its keys are down")
+    key_step_ms: float = _key(10.0, _num(0, 1000), "between presses (releases) within a chord")
+    release_repeats: int = _key(3, _int(1, 10), "how often the final release report is sent")
+    release_interval_ms: float = _key(15.0, _num(0, 1000), "between repeated release reports")
+    typing_rate_cps: float = _key(100.0, _num(1, 1000), "characters per second when typing")
+    move_interval_ms: float = _key(
+        16.0, _num(1, 1000), "report interval of timed moves (atomic move_to, drag)"
+    )
+    wheel_interval_ms: float = _key(30.0, _num(0, 1000), "between wheel ticks")
+    scroll_speed: float = _key(
+        1000.0, _num(1, 100000), "touch_gesture scroll: swipe speed, normalized units/s"
+    )
+    scroll_hold_after_ms: float = _key(
+        120.0, _num(0, 5000), "touch_gesture scroll: dwell before lifting (stops momentum)"
+    )
+    write_timeout_ms: float = _key(
+        750.0, _num(10, 60000), "a report not accepted this long after its deadline fails"
+    )
+    isolation_settle_ms: float = _key(
+        500.0, _num(0, 30000), "after a profile switch has enumerated, before the next report"
+    )
+    profile_switch_timeout_s: float = _key(15.0, _num(0.1, 300), "limit of one profile switch")
+    drag_limit_s: float = _key(
+        60.0, _num(1, 3600), "a drag_start not completed by drag_release within this is undone"
+    )
+    evidence_timeout_ms: int = _key(3500, _int(0, 60000), "post-action stability wait limit")
+    evidence_stable_ms: int = _key(500, _int(0, 60000), "post-action: unchanged this long")
+    enter_text_delay_ms: int = _key(300, _int(0, 10000), "enter_text: delay before its screenshot")
+    search_open_ms: int = _key(
+        600, _int(0, 10000), "open_app/open_url: wait for the search field before typing"
+    )
 
 
 @dataclass(frozen=True)
@@ -162,10 +226,12 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
+    ipc: IpcConfig = field(default_factory=IpcConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     state: StateConfig = field(default_factory=StateConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    input: InputConfig = field(default_factory=InputConfig)
     shell: ShellConfig = field(default_factory=ShellConfig)
     weather: WeatherConfig = field(default_factory=WeatherConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
@@ -207,13 +273,11 @@ def config_schema() -> dict[str, Any]:
 
 _VALIDATOR = jsonschema.Draft202012Validator(config_schema())
 
-T = TypeVar("T")
-
-
 def _describe(err: jsonschema.ValidationError) -> str:
     path = ".".join(str(p) for p in err.absolute_path)
     if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        schema = err.schema if isinstance(err.schema, dict) else {}
+        extra = sorted(set(err.instance) - set(schema.get("properties", {})))
         where = f"{path}." if path else ""
         return "; ".join(f"{where}{k}: unknown key" for k in extra)
     return f"{path or '<top>'}: {err.message}"

@@ -14,18 +14,20 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from gadget.log import configure_logging
 
 from daemon import systemd
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
-from daemon.backends import Backend
+from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
+from daemon.frames import FrameSource
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.transports.http import HttpApi, security_middleware
+from daemon.transports.ipc import IpcServer
+from gadget.log import configure_logging
 
 log = structlog.get_logger("daemon.service")
 
@@ -43,7 +45,9 @@ class SimulatedBackend:
             height=b.sim_height or None,
             reenumerate_s=b.sim_reenumerate_s,
         )
-        self.hid = self.profiles = self.frames = self.target
+        self.hid: HidOutput = self.target
+        self.profiles: ProfileControl = self.target
+        self.frames: FrameSource = self.target
 
     async def start(self) -> None:
         return None
@@ -54,7 +58,7 @@ class SimulatedBackend:
 
 def build_backend(config: Config) -> Backend:
     if config.backend.kind == "simulated":
-        return SimulatedBackend(config)  # type: ignore[return-value]
+        return SimulatedBackend(config)
     from daemon.board import BoardBackend
 
     return BoardBackend(config)
@@ -76,7 +80,12 @@ class Daemon:
         )
         self.app["daemon"] = self
         self.app.add_routes(
-            HttpApi(self.catalog, self.auth, Guard.preset(config.guard.http)).routes()
+            HttpApi(
+                self.catalog,
+                self.auth,
+                Guard.preset(config.guard.http),
+                config.server.max_body_bytes,
+            ).routes()
         )
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
@@ -85,6 +94,7 @@ class Daemon:
         # Transports and services register what must run at stop, in reverse order.
         self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
         self.runner: web.AppRunner | None = None
+        self.ipc = IpcServer(self.catalog, config.ipc, Guard.preset(config.guard.ipc))
 
     async def start(self) -> None:
         await self.backend.start()
@@ -92,6 +102,8 @@ class Daemon:
         await self.runner.setup()
         for addr in self.config.server.listen:
             await web.TCPSite(self.runner, addr, self.config.server.port).start()
+        await self.ipc.start()
+        self.on_stop.append(self.ipc.stop)  # closes the socket and removes its file
         log.info(
             "listening",
             addresses=self.config.server.listen,

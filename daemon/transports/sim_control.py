@@ -1,35 +1,31 @@
-"""Dev/test control of the simulated target (only mounted with backend = simulated):
-observe its state and inject the faults a real board has (target unplugged, capture gone, a
-screen that never settles)."""
+"""Dev/test control of the simulated target over HTTP (only mounted with backend = simulated):
+observe its state and inject the faults a real board has. The actions live in daemon.sim.control;
+this is only their route."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+
+from daemon.errors import ToolError
+from daemon.sim.control import control
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
 def routes(target: SimTarget) -> list[web.RouteDef]:
-    actions: dict[str, Any] = {
-        "unplug": target.unplug,
-        "plug": target.plug,
-        "capture_off": target.capture_off,
-        "capture_on": target.capture_on,
-        "animate_on": lambda: target.set_animating(True),
-        "animate_off": lambda: target.set_animating(False),
-    }
-
     async def state(request: web.Request) -> web.Response:
-        return web.json_response(target.state())
+        return web.json_response(await control(target, "state"))
 
     async def act(request: web.Request) -> web.Response:
-        name = request.match_info["action"]
-        if name not in actions:
-            raise web.HTTPNotFound(text=f"unknown sim action {name!r}; one of {sorted(actions)}")
-        actions[name]()
-        return web.json_response(target.state())
+        body = await request.text()
+        try:
+            args = json.loads(body) if body.strip() else {}
+            return web.json_response(await control(target, request.match_info["action"], args))
+        except (ValueError, ToolError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
 
     return [web.get("/api/sim/state", state), web.post("/api/sim/{action}", act)]

@@ -1,0 +1,121 @@
+"""Where things are on the simulated screen, in normalized units (0..1000 on both axes).
+
+One geometry serves hit-testing (input arrives normalized) and drawing (the renderer maps it to
+pixels), so a tap lands exactly where the tile is drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PHONES = ("ios", "android")
+PLATFORMS = ("ios", "android", "macos", "windows", "linux")
+
+_BROWSER = {"ios": "Safari", "macos": "Safari", "android": "Chrome", "windows": "Chrome"}
+_APPS = (
+    "Settings",
+    "{browser}",
+    "Messages",
+    "Mail",
+    "Maps",
+    "Photos",
+    "Camera",
+    "Clock",
+    "Notes",
+    "Music",
+    "Calendar",
+    "Weather",
+    "Files",
+    "Contacts",
+    "Calculator",
+    "Reminders",
+)
+
+STATUS_BOTTOM = 30.0  # status bar (inside the top 8 % the change detector ignores)
+EDGE = 10.0  # edge-swipe start zone: x <= 1 % (back) or y >= 99 % (home)
+TAP_SLOP = 20.0  # a contact moving less than this is a tap, not a swipe
+EDGE_TRAVEL = 100.0  # an edge swipe must travel this far to count
+ROW_H = 70.0  # list row height
+ROWS_PER_APP = 40
+
+
+def browser_for(platform: str) -> str:
+    return _BROWSER.get(platform, "Chrome")
+
+
+def apps_for(platform: str) -> tuple[str, ...]:
+    return tuple(a.format(browser=browser_for(platform)) for a in _APPS)
+
+
+@dataclass(frozen=True)
+class Rect:
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.x0 <= x < self.x1 and self.y0 <= y < self.y1
+
+
+@dataclass(frozen=True)
+class Tile:
+    name: str
+    icon: Rect
+    label: Rect
+
+    def hit(self, x: float, y: float) -> bool:
+        return self.icon.contains(x, y) or self.label.contains(x, y)
+
+
+@dataclass(frozen=True)
+class Layout:
+    width: int
+    height: int
+    tiles: tuple[Tile, ...]
+    header: Rect = Rect(0, STATUS_BOTTOM, 1000, 100)
+    home_button: Rect = Rect(0, STATUS_BOTTOM, 160, 100)  # "< Home" in every app and in search
+    field: Rect = Rect(40, 110, 960, 170)
+    viewport: Rect = Rect(0, 190, 1000, 1000)
+
+    @property
+    def row_px(self) -> int:
+        return round(ROW_H * self.height / 1000)
+
+    @property
+    def viewport_px(self) -> int:
+        return round((self.viewport.y1 - self.viewport.y0) * self.height / 1000)
+
+    def max_scroll(self, rows: int) -> int:
+        return max(0, rows * self.row_px - self.viewport_px)
+
+    def row_at(self, y: float, scroll_px: int, rows: int) -> int | None:
+        """The index of the list row under normalized `y`, or None."""
+        if not self.viewport.y0 <= y < self.viewport.y1:
+            return None
+        offset_px = (y - self.viewport.y0) * self.height / 1000 + scroll_px
+        index = int(offset_px // self.row_px)
+        return index if 0 <= index < rows else None
+
+    def tile_at(self, x: float, y: float) -> Tile | None:
+        return next((t for t in self.tiles if t.hit(x, y)), None)
+
+
+def make_layout(platform: str, width: int, height: int) -> Layout:
+    """A grid of square icons: 4 columns on a phone, 8 on a desktop."""
+    cols = 4 if platform in PHONES else 8
+    cell_w = 1000 / cols
+    side_px = 0.6 * cell_w * width / 1000
+    side_x = side_px * 1000 / width
+    side_y = side_px * 1000 / height
+    label_y = 0.35 * side_y
+    row_y = side_y + label_y + 0.25 * side_y
+    tiles = []
+    for i, name in enumerate(apps_for(platform)):
+        col, row = i % cols, i // cols
+        cx = (col + 0.5) * cell_w
+        top = 60 + row * row_y
+        icon = Rect(cx - side_x / 2, top, cx + side_x / 2, top + side_y)
+        label = Rect(col * cell_w, top + side_y, (col + 1) * cell_w, top + side_y + label_y)
+        tiles.append(Tile(name, icon, label))
+    return Layout(width, height, tuple(tiles))

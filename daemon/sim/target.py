@@ -1,0 +1,235 @@
+"""The simulated target: stands where the kernel and the phone would be.
+
+It takes the exact HID reports the daemon's writers produce, decodes them with gadget.reports'
+unpackers, drives a small virtual device (daemon/sim/device.py) and renders it to frames for the
+screenshot path (daemon/sim/render.py). No board needed: `make run` and the service tests use it.
+
+What the virtual device does (simple but honest):
+
+- Screen: 1080x1920 portrait on phones (ios, android), 1920x1080 on desktops. A status bar,
+  then a home screen with a grid of named app tiles (Settings, Safari on ios/macos or Chrome
+  elsewhere, Messages, Mail, Maps, ...). A tap on a tile opens that app: a "< Home" button, a
+  title, one text field and a list of 40 rows. In the browser the field is the URL field.
+- Pointer: a touchscreen on android, an absolute mouse elsewhere (left button = contact, as with
+  AssistiveTouch). A press and release moving less than 2 % is a tap (held >= 0.5 s: a long
+  press, which opens nothing); tapping the field focuses it, tapping a row is recorded. A swipe
+  or drag scrolls the list, the content following the contact exactly (no momentum); the wheel
+  scrolls by rows. On phones, swipes starting at the edge are gestures: from x <= 1 % to the right
+  = back, from y >= 99 % upward = home, from the top down = notifications (recorded only).
+  Only the first finger down drives gestures; other fingers are tracked and drawn.
+- Keyboard: boot reports decoded with the US layout from gadget.keymap (shift, caps lock) into
+  the focused field; backspace deletes, Enter submits (search: opens the first matching app, or
+  the browser when the text looks like a URL; URL field: loads the page). Typing with nothing
+  focused is recorded and dropped. Shortcuts: ios Cmd+H home, Cmd+Space search; macos
+  Cmd+Space search, Cmd+Q home; windows/linux Alt+F4 home, a bare Win/Super tap opens search;
+  Cmd (apple) or Ctrl (others) + A/C/X/V select all/copy/cut/paste, +L focuses the URL field;
+  Escape closes search (android: Escape is back).
+- Consumer control: AC Home, AC Back, app switch 0x029F (to the previous app), AC Search.
+- iOS quirk (target-facts.md): while the pointer is in the composite (profile "full"), every
+  shortcut with a modifier other than shift is swallowed by AssistiveTouch (recorded, no effect);
+  in "keyboard-isolated" they work. While isolated the pointer node does not exist: pointer writes
+  raise TargetNotAttached and no cursor is drawn.
+- Re-enumeration (profile switch, unplug/plug) takes `reenumerate_s`, during which writes fail;
+  the host then forgets everything held (keys, buttons, contacts), recorded in the events.
+- Frames are rendered lazily, only when asked for, paced like a camera at `fps`; capture_off()
+  makes frame() raise capture_unavailable at once (a real reader would wait out its timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from daemon.errors import ToolError
+from daemon.frames import Frame
+from daemon.sim import keys
+from daemon.sim.device import VirtualDevice
+from daemon.sim.layout import PHONES, PLATFORMS
+from daemon.sim.render import Renderer
+from gadget import reports
+from gadget.errors import TargetNotAttached
+
+log = structlog.get_logger(__name__)
+
+PROFILES = ("full", "keyboard-isolated")
+ROLES = ("keyboard", "consumer", "pointer")
+
+
+class SimTarget:
+    """HID sink, profile control and frame source of one simulated target."""
+
+    def __init__(
+        self,
+        platform: str,
+        *,
+        width: int | None = None,
+        height: int | None = None,
+        fps: float = 30.0,
+        reenumerate_s: float = 0.05,
+    ) -> None:
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
+        if fps <= 0:
+            raise ValueError("fps must be positive")
+        portrait = platform in PHONES
+        w = width or (1080 if portrait else 1920)
+        h = height or (1920 if portrait else 1080)
+        self.platform = platform
+        self.fps = fps
+        self.reenumerate_s = reenumerate_s
+        self._device = VirtualDevice(platform, w, h)
+        self._switches: list[str] = []
+        self._attached = True
+        self._enumerated_at = 0.0  # writes fail until this monotonic time (re-enumeration)
+        self._capture = True
+        self._animating = False
+        self._counts = dict.fromkeys(ROLES, 0)
+        self._renderer = Renderer()
+        self._render_lock = asyncio.Lock()
+        self._last: Frame | None = None
+        self._seq = 0
+
+    # ---- HID side --------------------------------------------------------------------------
+
+    async def write(self, role: str, report: bytes) -> None:
+        """Deliver one report as the host would receive it."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not self._attached:
+            raise TargetNotAttached("simulated target is unplugged")
+        if time.monotonic() < self._enumerated_at:
+            raise TargetNotAttached("simulated target is re-enumerating")
+        if role == "pointer" and self.profile == "keyboard-isolated":
+            raise TargetNotAttached("no pointer in the keyboard-isolated profile")
+        now = time.monotonic()
+        dev = self._device
+        if role == "keyboard":
+            kb = reports.unpack_keyboard(report)
+            dev.keyboard(kb.modifiers, tuple(kb.keys))
+        elif role == "consumer":
+            dev.consumer(reports.unpack_consumer(report))
+        elif self.platform == "android":
+            contacts = [
+                (c.id, keys.norm(c.x), keys.norm(c.y), bool(c.tip))
+                for c in reports.unpack_touch(report)
+            ]
+            dev.touch(contacts, now)
+        else:
+            m = reports.unpack_mouse(report)
+            dev.mouse(m.buttons, keys.norm(m.x), keys.norm(m.y), m.wheel, m.pan, now)
+        self._counts[role] += 1
+
+    # ---- profile side ----------------------------------------------------------------------
+
+    @property
+    def profile(self) -> str:
+        return self._device.profile
+
+    @property
+    def switches(self) -> list[str]:
+        return list(self._switches)
+
+    async def switch_profile(self, name: str) -> bool:
+        """Make `name` live; re-enumerates (taking reenumerate_s) only when it changes."""
+        if name not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {name!r}")
+        if name == self.profile:
+            return False
+        self._reenumerate(f"switch to {name}")
+        self._device.profile = name
+        self._switches.append(name)
+        log.info("sim_profile_switched", profile=name)
+        await asyncio.sleep(max(0.0, self._enumerated_at - time.monotonic()))
+        return True
+
+    def _reenumerate(self, why: str) -> None:
+        self._device.release_all(why)
+        self._enumerated_at = time.monotonic() + self.reenumerate_s
+
+    # ---- frames ----------------------------------------------------------------------------
+
+    async def frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
+        """The newest frame; with `newer_than`, one rendered after that monotonic time."""
+        deadline = time.monotonic() + timeout
+        period = 1.0 / self.fps
+        while True:
+            if not self._capture:
+                raise ToolError("capture_unavailable", "simulated capture is off", retryable=True)
+            frame = await self._newest(period)
+            if newer_than is None or frame.captured_at > newer_than:
+                return frame
+            now = time.monotonic()
+            wake = max(frame.captured_at + period, newer_than)
+            if wake > deadline:
+                raise ToolError(
+                    "capture_unavailable",
+                    f"no frame newer than requested within {timeout:g} s",
+                    retryable=True,
+                )
+            await asyncio.sleep(wake - now)
+
+    async def _newest(self, period: float) -> Frame:
+        """The camera's latest frame: the last one if a period has not passed, else a new one."""
+        async with self._render_lock:
+            last = self._last
+            if last is not None and time.monotonic() - last.captured_at < period:
+                return last
+            self._seq += 1
+            view = self._device.view(self._seq if self._animating else None)
+            mono, utc = time.monotonic(), time.time()
+            image = await asyncio.to_thread(self._renderer.render, view)
+            self._last = Frame(image=image, seq=self._seq, captured_at=mono, captured_at_utc=utc)
+            return self._last
+
+    def available(self) -> tuple[bool, str]:
+        return (True, "") if self._capture else (False, "simulated capture is off")
+
+    # ---- faults and observation ------------------------------------------------------------
+
+    def unplug(self) -> None:
+        self._attached = False
+        self._device.release_all("unplug")
+        log.info("sim_unplugged")
+
+    def plug(self) -> None:
+        if not self._attached:
+            self._attached = True
+            self._reenumerate("plug")
+            log.info("sim_plugged")
+
+    def capture_off(self) -> None:
+        self._capture = False
+
+    def capture_on(self) -> None:
+        self._capture = True
+
+    def set_animating(self, on: bool) -> None:
+        self._animating = on
+
+    def tile_center(self, name: str) -> tuple[float, float]:
+        """Normalized centre of a home-screen tile's icon, for tests and demos."""
+        tile = next((t for t in self._device.layout.tiles if t.name == name), None)
+        if tile is None:
+            raise KeyError(f"no tile named {name!r}")
+        return (tile.icon.x0 + tile.icon.x1) / 2, (tile.icon.y0 + tile.icon.y1) / 2
+
+    def field_center(self) -> tuple[float, float]:
+        """Normalized centre of the text field of an app or the search screen."""
+        f = self._device.layout.field
+        return (f.x0 + f.x1) / 2, (f.y0 + f.y1) / 2
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able: everything a test or the dev server wants to assert on."""
+        return {
+            **self._device.state(),
+            "profile": self.profile,
+            "switches": self.switches,
+            "attached": self._attached,
+            "capture": self._capture,
+            "animating": self._animating,
+            "size": [self._device.width, self._device.height],
+            "reports": dict(self._counts),
+        }

@@ -277,7 +277,8 @@ def _describe(err: jsonschema.ValidationError) -> str:
     path = ".".join(str(p) for p in err.absolute_path)
     if err.validator == "additionalProperties":
         schema = err.schema if isinstance(err.schema, dict) else {}
-        extra = sorted(set(err.instance) - set(schema.get("properties", {})))
+        instance = err.instance if isinstance(err.instance, dict) else {}
+        extra = sorted(set(instance) - set(schema.get("properties", {})))
         where = f"{path}." if path else ""
         return "; ".join(f"{where}{k}: unknown key" for k in extra)
     return f"{path or '<top>'}: {err.message}"

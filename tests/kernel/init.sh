@@ -1,0 +1,50 @@
+#!/bin/sh
+# /init of the kernel-test VM (busybox). Loads the modules, mounts this machine's root (9p,
+# read-only) with the kernel's own proc/sys/dev/configfs inside it, runs the guest pytest
+# session with the project's venv in a chroot of that root, writes the exit code to the
+# writable work folder and powers off. Parameters come from the kernel command line.
+export PATH=/bin
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+
+while read -r mod args; do
+    insmod "/lib/modules/$mod" $args || echo "init: insmod $mod $args failed"
+done </modules.load
+
+project=
+for word in $(cat /proc/cmdline); do
+    case "$word" in
+    fingertip.project=*) project="${word#fingertip.project=}" ;;
+    esac
+done
+
+ninep="trans=virtio,version=9p2000.L,msize=524288"
+H=/host
+W=$H/run/fingertip
+mount -t 9p -o "$ninep,ro,cache=loose" hostroot $H || echo "init: cannot mount the host root"
+mount -t proc proc $H/proc
+mount -t sysfs sys $H/sys
+mount -t devtmpfs dev $H/dev
+mount -t configfs configfs $H/sys/kernel/config
+mount -t tmpfs tmp $H/tmp
+mount -t tmpfs run $H/run
+mkdir -p $W
+mount -t 9p -o "$ninep,cache=none" work $W || echo "init: cannot mount the work folder"
+
+echo "init: guest up after $(cut -d' ' -f1 /proc/uptime) s, running the tests in $project"
+# Extra pytest arguments from the runner, one per line (e.g. -k, "ecm or leds").
+set --
+while IFS= read -r arg; do set -- "$@" "$arg"; done <$W/pytest-args
+# Only the pytest plugins the guest tests use: each one costs seconds of imports under TCG.
+chroot $H /usr/bin/env -i \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/tmp LANG=C.UTF-8 TERM=dumb PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    FINGERTIP_KERNEL_GUEST=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+    /bin/sh -c 'cd "$1" && shift && exec .venv/bin/python -m pytest "$@"' sh "$project" \
+    tests/kernel/guest -v --color=no -p no:cacheprovider -p asyncio -p aiohttp --durations=8 \
+    -o junit_family=xunit1 --junitxml=/run/fingertip/junit.xml -o faulthandler_timeout=60 "$@"
+echo $? >$W/exit-code
+sync
+poweroff -f

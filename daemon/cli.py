@@ -1,0 +1,256 @@
+"""fingertip: the one-shot Tool RPC process over the daemon's local socket.
+
+Startup is a product feature: this module imports only argparse, json, os, socket, sys and
+msgpack — nothing from daemon/ (that would pull in structlog, jsonschema, aiohttp, OpenCV).
+The reply union comes from the daemon (daemon/transports/ipc.py); here are only the failures
+that happen on this side of the socket. The wire format is described in that module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+import msgpack
+
+DEFAULT_SOCKET = "/run/fingertip/ipc.sock"
+STDIN_LIMIT = 1 << 20
+HEADER_BYTES = 4
+REPLY_LIMIT = 1 << 30  # a sanity bound on what the daemon may send back (screenshots are large)
+REQUEST_ID = 1
+
+REPLY_TYPES = ("catalog", "complete", "qualified", "rejected_document", "rejected")
+FAILURES = (
+    "INSTALLATION_STOPPED",
+    "OBSERVATION_UNAVAILABLE",
+    "CATALOG_UNAVAILABLE",
+    "INVALID_COMMAND",
+    "REQUEST_TOO_LARGE",
+    "UNKNOWN_TOOL",
+    "INVALID_ARGUMENTS",
+    "OUT_OF_SCOPE",
+    "INVOCATION_FAILED",
+    "INVALID_RESULT",
+)
+
+EPILOG = """\
+commands:
+  fingertip catalog            list the tools: {"type":"catalog","catalog":{"schemaVersion":2,
+                               "tools":[{name,description,effect,inputSchema}]}}, sorted by name;
+                               effect READ for read tools, WRITE for write and critical ones
+  fingertip call TOOL          one JSON object on stdin (at most 1 MiB of UTF-8) is TOOL's
+                               arguments, e.g.  printf '{}' | fingertip call health_check
+
+Exactly one JSON object is printed on stdout, discriminated by "type":
+  complete           {"document": the tool's result}
+  qualified          {"document": the result plus "qualification": a sentence the caller must
+                     read, e.g. the screen never settled after an action, a shell command timed
+                     out or its output was cut}
+  rejected_document  {"document": {code, message, retryable, details}}: the tool or the daemon
+                     refused with a semantic reason (e.g. capture unavailable, weather offline)
+  rejected           {"failure": CODE}; a human explanation goes to stderr. CODE is one of
+    INSTALLATION_STOPPED     no daemon answers at the socket
+    OBSERVATION_UNAVAILABLE  the call was sent but no reply came (daemon stopped, --timeout);
+                             the tool may or may not have run
+    CATALOG_UNAVAILABLE      discovery is disabled ([guard].ipc) or the catalog did not arrive
+    INVALID_COMMAND          bad command line, or the daemon could not read the request
+    REQUEST_TOO_LARGE        stdin over 1 MiB, or a request over [ipc].max_frame_bytes
+    UNKNOWN_TOOL             no such tool here (agent-run tools like wait_for_wakeup included)
+    INVALID_ARGUMENTS        stdin is not one JSON object in UTF-8, or fails the tool's schema
+    OUT_OF_SCOPE             this user may not use the socket, or [guard].ipc denies the tool
+    INVOCATION_FAILED        the tool crashed or hit the daemon's time limit
+    INVALID_RESULT           the result broke its schema, or the reply was unreadable
+
+Exit status: 0 whenever one reply was printed (whatever its type); 1 when stdout could not be
+written. --help exits 0.
+
+The socket is --socket, else $FINGERTIP_SOCKET, else /run/fingertip/ipc.sock (`make run` uses
+.fingertip/ipc.sock in the clone).
+"""
+
+
+class Rejected(Exception):
+    """A failure on this side of the socket: printed as a rejected reply, explained on stderr."""
+
+    def __init__(self, failure: str, message: str):
+        super().__init__(message)
+        self.failure = failure
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise Rejected("INVALID_COMMAND", f"{message} (see fingertip --help)")
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    # A fixed width: argparse would otherwise import shutil (2 ms) to ask the terminal's.
+    return argparse.RawDescriptionHelpFormatter(prog, width=100)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="fingertip",
+        description="Call the Fingertip daemon's tools: one JSON object out per invocation.",
+        epilog=EPILOG,
+        formatter_class=_formatter,
+    )
+    p.add_argument("--socket", help="the daemon's IPC socket (see below)")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        help="seconds to wait for the reply (default: as long as the daemon's own limits)",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call}")
+    sub.add_parser("catalog", help="list the tools", formatter_class=_formatter)
+    call = sub.add_parser(
+        "call", help="call TOOL with one JSON object from stdin", formatter_class=_formatter
+    )
+    call.add_argument("tool")
+    return p
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_arguments(data: bytes) -> dict[str, object]:
+    """stdin's bytes (read up to STDIN_LIMIT + 1) as the one JSON object of arguments."""
+    if len(data) > STDIN_LIMIT:
+        raise Rejected("REQUEST_TOO_LARGE", f"stdin is over {STDIN_LIMIT} bytes")
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_not_json)
+    except UnicodeDecodeError as exc:
+        raise Rejected("INVALID_ARGUMENTS", f"stdin is not UTF-8: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise Rejected("INVALID_ARGUMENTS", f"stdin is not one JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise Rejected("INVALID_ARGUMENTS", "stdin must be one JSON object, e.g. {}")
+    return value
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < size:
+        chunk = sock.recv(min(size - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def exchange(path: str, request: dict[str, object], timeout: float | None) -> dict[str, object]:
+    """Send one request, return its response map (Rejected for what goes wrong on the way)."""
+    try:
+        body = msgpack.packb(request, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise Rejected("INVALID_ARGUMENTS", f"arguments cannot be sent: {exc}") from None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except PermissionError as exc:
+            raise Rejected("OUT_OF_SCOPE", f"not allowed to use {path}: {exc.strerror}") from None
+        except OSError as exc:
+            raise Rejected("INSTALLATION_STOPPED", f"no daemon at {path}: {exc}") from None
+        try:
+            sock.sendall(len(body).to_bytes(HEADER_BYTES, "big") + body)
+            sent = True
+        except OSError:
+            sent = False  # the daemon may have refused us already: its error frame is readable
+        frame = _read_frame(sock, timeout, request["op"] == "call")
+    if frame is None:
+        if not sent:
+            raise Rejected("INSTALLATION_STOPPED", f"the daemon at {path} closed the connection")
+        if request["op"] == "catalog":
+            raise Rejected("CATALOG_UNAVAILABLE", f"the daemon at {path} sent no catalog")
+        raise Rejected(
+            "OBSERVATION_UNAVAILABLE", f"the daemon at {path} closed the connection, no reply"
+        )
+    try:
+        message = msgpack.unpackb(frame, raw=False)
+    except Exception as exc:  # msgpack raises a spread of ValueError/TypeError subclasses
+        raise Rejected("INVALID_RESULT", f"the reply is not msgpack: {exc}") from None
+    if not isinstance(message, dict) or message.get("id") not in (request["id"], None):
+        raise Rejected("INVALID_RESULT", "the reply is not a response to this request")
+    return message
+
+
+def _read_frame(sock: socket.socket, timeout: float | None, call: bool) -> bytes | None:
+    """One response frame; None when the connection ends first."""
+    try:
+        header = _recv_exactly(sock, HEADER_BYTES)
+        if header is None:
+            return None
+        size = int.from_bytes(header, "big")
+        if size > REPLY_LIMIT:
+            raise Rejected("INVALID_RESULT", f"reply of {size} bytes is over {REPLY_LIMIT}")
+        return _recv_exactly(sock, size)
+    except TimeoutError:
+        failure = "OBSERVATION_UNAVAILABLE" if call else "CATALOG_UNAVAILABLE"
+        raise Rejected(failure, f"no reply within {timeout:g} s") from None
+    except OSError:
+        return None
+
+
+def checked_reply(message: dict[str, object]) -> dict[str, object]:
+    """The response's reply, if it is one this contract knows (unknown values are incompatible)."""
+    reply = message.get("reply")
+    if not isinstance(reply, dict) or reply.get("type") not in REPLY_TYPES:
+        raise Rejected("INVALID_RESULT", "the daemon's reply has no known type")
+    if reply["type"] == "rejected" and reply.get("failure") not in FAILURES:
+        raise Rejected("INVALID_RESULT", f"unknown failure {reply.get('failure')!r}")
+    return reply
+
+
+def run(args: argparse.Namespace, stdin: bytes | None) -> dict[str, object]:
+    path = args.socket or os.environ.get("FINGERTIP_SOCKET") or DEFAULT_SOCKET
+    request: dict[str, object] = {"id": REQUEST_ID, "op": args.command}
+    if args.command == "call":
+        request["tool"] = args.tool
+        request["arguments"] = read_arguments(stdin or b"")
+    message = exchange(path, request, args.timeout)
+    reply = checked_reply(message)
+    error = message.get("error")
+    if isinstance(error, dict) and reply["type"] == "rejected":
+        print(f"fingertip: {error.get('code')}: {error.get('message')}", file=sys.stderr)
+    return reply
+
+
+def encode(reply: dict[str, object]) -> bytes:
+    try:
+        text = json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        print(f"fingertip: the reply is not JSON: {exc}", file=sys.stderr)
+        return b'{"type":"rejected","failure":"INVALID_RESULT"}\n'
+    return text.encode("utf-8") + b"\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        stdin = None
+        if args.command == "call" and sys.stdin is not None:
+            stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+        reply = run(args, stdin)
+    except Rejected as exc:
+        print(f"fingertip: {exc.message}", file=sys.stderr)
+        reply = {"type": "rejected", "failure": exc.failure}
+    try:
+        sys.stdout.buffer.write(encode(reply))
+        sys.stdout.buffer.flush()
+    except OSError:
+        return 1
+    return 0

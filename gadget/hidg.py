@@ -1,0 +1,258 @@
+"""Non-blocking writers for /dev/hidgN and the keyboard's LED reader, on the event loop.
+
+A write that the target does not take within its deadline is an error, never a silent
+success (a real bug in one project). Any failure closes the descriptor: after a
+re-enumeration old descriptors keep failing, so the next write opens the node afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from gadget import reports
+from gadget.errors import GadgetError, TargetNotAttached
+
+log = structlog.get_logger("gadget.hidg")
+
+# errno values that mean "no host on the other end (any more)", not a bug of ours.
+NOT_ATTACHED = frozenset(
+    {
+        errno.ESHUTDOWN,  # f_hid: endpoint disabled, host gone or not configured
+        errno.ENODEV,
+        errno.ENXIO,
+        errno.EPIPE,
+        errno.ENOENT,  # the node went away with the function
+        errno.ECONNRESET,
+    }
+)
+
+_CENTER = (reports.ABS_MAX + 1) // 2
+
+
+def _error(exc: OSError, role: str, path: Path, doing: str) -> GadgetError:
+    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    if exc.errno in NOT_ATTACHED:
+        return TargetNotAttached(
+            f"{role}: target not attached ({doing} {path}: {name} {exc.strerror})"
+        )
+    return GadgetError(
+        f"{role}: {doing} {path} failed: {name} {exc.strerror}", code="hid_io_failed"
+    )
+
+
+async def _wait_writable(fd: int, timeout: float) -> None:
+    """Until fd is writable or timeout passes (the caller then retries once and gives up)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
+    try:
+        async with asyncio.timeout(timeout):
+            await ready
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_writer(fd)
+
+
+class HidWriter:
+    """One /dev/hidgN. `role` is the descriptor's role (keyboard, mouse, touchscreen, consumer):
+    it decides the release report."""
+
+    def __init__(self, path: Path, role: str, *, timeout: float = 0.75) -> None:
+        self.path = path
+        self.role = role
+        self.timeout = timeout
+        # The absolute mouse's release must repeat the last position or the pointer jumps.
+        self.last_position: tuple[int, int] | None = None
+        self._fd: int | None = None
+        self._lock = asyncio.Lock()  # one writer at a time: add_writer holds one callback per fd
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as exc:
+                raise _error(exc, self.role, self.path, "opening") from exc
+            log.debug("hidg.opened", role=self.role, path=str(self.path))
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def reopen(self) -> None:
+        """Drop the descriptor now (after a re-enumeration); the next write opens the node."""
+        self.close()
+
+    async def write(self, report: bytes, timeout: float | None = None) -> None:
+        """Hand one report to the target within `timeout` (default: the writer's) or raise
+        TargetNotAttached; other I/O failures raise GadgetError."""
+        limit = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        async with self._lock:
+            fd = self._open()
+            while True:
+                try:
+                    written = os.write(fd, report)
+                except BlockingIOError:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        self.close()
+                        raise TargetNotAttached(
+                            f"{self.role}: target not reading reports from {self.path}"
+                            f" (none accepted within {limit:g} s)"
+                        ) from None
+                    await _wait_writable(fd, remaining)
+                    continue
+                except OSError as exc:
+                    self.close()
+                    raise _error(exc, self.role, self.path, "writing") from exc
+                if written != len(report):
+                    self.close()
+                    raise GadgetError(
+                        f"{self.role}: short write to {self.path} ({written} of {len(report)})",
+                        code="hid_io_failed",
+                    )
+                self._remember(report)
+                return
+
+    def _remember(self, report: bytes) -> None:
+        if self.role == "mouse" and len(report) == reports.MOUSE_REPORT_LENGTH:
+            state = reports.unpack_mouse(report)
+            self.last_position = (state.x, state.y)
+
+    def release_report(self) -> bytes:
+        """The all-up report; the mouse's stays where it was (the centre if never moved)."""
+        if self.role == "mouse":
+            x, y = self.last_position or (_CENTER, _CENTER)
+            return reports.mouse_release(x, y)
+        return reports.release_report(self.role)
+
+
+async def release_all(
+    writers: Iterable[HidWriter],
+    *,
+    repeat: int = 3,
+    interval: float = 0.015,
+    timeout: float | None = None,
+) -> list[tuple[str, GadgetError]]:
+    """Send every writer's all-up report `repeat` times `interval` apart (some phones miss a
+    single release). Continues past failures; returns (role, last error) for each writer no
+    release reached. A writer whose target is not attached is not retried: the host drops
+    its state on re-enumeration anyway. Callers running this after a cancellation shield it.
+    """
+    everyone = list(writers)
+    pending = everyone
+    reached: set[int] = set()
+    errors: dict[int, GadgetError] = {}
+
+    async def one(writer: HidWriter) -> None:
+        try:
+            await writer.write(writer.release_report(), timeout)
+            reached.add(id(writer))
+        except GadgetError as exc:
+            errors[id(writer)] = exc
+
+    for attempt in range(repeat):
+        if attempt:
+            await asyncio.sleep(interval)
+        await asyncio.gather(*(one(w) for w in pending))
+        pending = [w for w in pending if not isinstance(errors.get(id(w)), TargetNotAttached)]
+    failed = [(w.role, errors[id(w)]) for w in everyone if id(w) not in reached]
+    for role, exc in failed:
+        log.warning("hidg.release_failed", role=role, code=exc.code, error=exc.message)
+    return failed
+
+
+class LedReader:
+    """Reads the keyboard's LED output reports and keeps the latest state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._leds = reports.Leds()
+        self._changed = asyncio.Event()
+
+    @property
+    def leds(self) -> reports.Leds:
+        return self._leds
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def start(self) -> None:
+        """Open the node and read it on the running loop; raises TargetNotAttached when the
+        node is missing."""
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _error(exc, "keyboard", self.path, "opening") from exc
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(fd, self._readable)
+        self._fd = fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            if self._loop is not None:
+                self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def reopen(self) -> None:
+        self.close()
+        self.start()
+
+    def _readable(self) -> None:
+        assert self._fd is not None
+        try:
+            data = os.read(self._fd, 64)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            log.info("hidg.leds_stopped", path=str(self.path), error=exc.strerror)
+            self.close()
+            return
+        if not data:  # the other end is gone; reopen() after the next enumeration
+            log.info("hidg.leds_stopped", path=str(self.path), error="end of file")
+            self.close()
+            return
+        # f_hid yields one report per read; a pipe may join several: the last one wins.
+        size = reports.LEDS_REPORT_LENGTH
+        for i in range(0, len(data) - size + 1, size):
+            self._set(reports.unpack_leds(data[i : i + size]))
+
+    def _set(self, leds: reports.Leds) -> None:
+        if leds == self._leds:
+            return
+        log.debug("hidg.leds", leds=leds)
+        self._leds = leds
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, timeout: float) -> reports.Leds:
+        """The LED state after the next report that changes it; TimeoutError otherwise."""
+        changed = self._changed
+        async with asyncio.timeout(timeout):
+            await changed.wait()
+        return self._leds

@@ -1,0 +1,132 @@
+"""Profiles: declarative specs of the composite the target sees (identity + ordered functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gadget import descriptors
+from gadget.descriptors import HidFunction
+from gadget.settings import GadgetSettings
+
+PROFILES = ("full", "keyboard-isolated")
+PLATFORMS = ("ios", "android", "macos", "windows", "linux")
+
+# configfs function instance per role. Stable names keep a role's /dev/hidgN minor and let
+# status and device_nodes() map a live function back to its role.
+INSTANCES = {
+    "keyboard": "hid.keyboard",
+    "consumer": "hid.consumer",
+    "ecm": "ecm.usb0",
+    "pointer": "hid.pointer",
+}
+ROLE_OF_INSTANCE = {instance: role for role, instance in INSTANCES.items()}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The device descriptor fields and strings the target keys its driver cache on."""
+
+    id_vendor: int
+    id_product: int
+    bcd_device: int
+    bcd_usb: int
+    serial: str
+    manufacturer: str
+    product: str
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One configfs function: instance name, role, and the attribute files it needs."""
+
+    instance: str
+    role: str
+    hid: HidFunction | None = None
+    attrs: Mapping[str, str] = field(default_factory=dict)
+    # Written only where the kernel has the file (no_out_endpoint is new in 5.x).
+    optional_attrs: Mapping[str, str] = field(default_factory=dict)
+
+    def attributes(self) -> dict[str, bytes]:
+        """Every required attribute file with its content, HID ones first."""
+        out: dict[str, bytes] = {}
+        if self.hid is not None:
+            out["protocol"] = str(self.hid.protocol).encode()
+            out["subclass"] = str(self.hid.subclass).encode()
+            out["report_length"] = str(self.hid.report_length).encode()
+            out["report_desc"] = self.hid.report_desc
+        out.update((name, value.encode()) for name, value in self.attrs.items())
+        return out
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A whole composite; `functions` are in link order (which is the interface order)."""
+
+    name: str
+    platform: str
+    identity: Identity
+    functions: tuple[FunctionSpec, ...]
+    config_label: str
+    max_power: int
+
+    def roles(self) -> tuple[str, ...]:
+        return tuple(f.role for f in self.functions)
+
+
+def _identity(name: str, s: GadgetSettings) -> Identity:
+    full = name == "full"
+    return Identity(
+        id_vendor=s.vendor_id,
+        id_product=s.product_id_full if full else s.product_id_isolated,
+        bcd_device=s.bcd_device_full if full else s.bcd_device_isolated,
+        bcd_usb=s.bcd_usb,
+        serial=s.serial_full if full else s.serial_isolated,
+        manufacturer=s.manufacturer,
+        product=s.product_full if full else s.product_isolated,
+    )
+
+
+def _function(role: str, platform: str, s: GadgetSettings) -> FunctionSpec:
+    if role == "ecm":
+        attrs = {"host_addr": s.host_mac, "dev_addr": s.dev_mac}
+        return FunctionSpec(INSTANCES[role], role, attrs=attrs)
+    hid = {
+        "keyboard": descriptors.KEYBOARD,
+        "consumer": descriptors.CONSUMER,
+        "pointer": descriptors.pointer_for(platform),
+    }[role]
+    optional = {"no_out_endpoint": "1"} if s.hid_no_out_endpoint else {}
+    return FunctionSpec(INSTANCES[role], role, hid=hid, optional_attrs=optional)
+
+
+def config_label(name: str, instances: tuple[str, ...]) -> str:
+    """The configuration string: records which profile is live and the link order, which
+    configfs itself does not show (links list in no defined order)."""
+    return f"{name}: {' '.join(instances)}"
+
+
+def parse_label(label: str) -> tuple[str, tuple[str, ...]] | None:
+    """Inverse of config_label; None for a label we did not write."""
+    name, sep, rest = label.partition(": ")
+    if not sep or not name:
+        return None
+    return name, tuple(rest.split())
+
+
+def build_profile(name: str, platform: str, settings: GadgetSettings) -> Profile:
+    """The profile `name` for a `platform` target, in the settings' function order."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; valid: {', '.join(PROFILES)}")
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
+    roles = [r for r in settings.function_order if name == "full" or r != "pointer"]
+    functions = tuple(_function(role, platform, settings) for role in roles)
+    return Profile(
+        name=name,
+        platform=platform,
+        identity=_identity(name, settings),
+        functions=functions,
+        config_label=config_label(name, tuple(f.instance for f in functions)),
+        max_power=settings.max_power,
+    )

@@ -174,12 +174,17 @@ def _draw_rows(img: Image, scene: Scene, lay: Layout, s: float) -> None:
 def _draw_overlay(img: Image, view: View) -> None:
     scene = view.scene
     s = min(scene.width, scene.height) / 1080
-    if view.tick is not None:  # something that moves every frame, below the status bar
-        span = scene.width - round(120 * s)
+    if view.tick is not None:
+        # A "video" below the status bar that changes every frame: big enough (about 4 % of
+        # the detector's blocks) that a stability wait sees a real change, as a phone playing
+        # a clip would show.
+        width, height = round(360 * s), round(220 * s)
+        span = scene.width - width
         left = (view.tick * round(47 * s)) % max(1, span)
-        top = round(scene.height * 0.93)
-        size = (round(120 * s), round(40 * s))
-        cv2.rectangle(img, (left, top), (left + size[0], top + size[1]), (40, 40, 220), -1)
+        top = round(scene.height * 0.80)
+        shade = 40 + (view.tick * 97) % 180
+        colour = (shade, 255 - shade, 120)
+        cv2.rectangle(img, (left, top), (left + width, top + height), colour, -1)
     for contact in view.contacts:
         c = _px(scene, *contact)
         cv2.circle(img, c, round(40 * s), (210, 210, 210), -1, cv2.LINE_AA)

@@ -14,9 +14,11 @@ while read -r mod args; do
 done </modules.load
 
 project=
+kernel_root=
 for word in $(cat /proc/cmdline); do
     case "$word" in
     fingertip.project=*) project="${word#fingertip.project=}" ;;
+    fingertip.kernel_root=*) kernel_root="${word#fingertip.kernel_root=}" ;;
     esac
 done
 
@@ -41,7 +43,7 @@ while IFS= read -r arg; do set -- "$@" "$arg"; done <$W/pytest-args
 chroot $H /usr/bin/env -i \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp LANG=C.UTF-8 TERM=dumb PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    FINGERTIP_KERNEL_GUEST=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+    FINGERTIP_KERNEL_GUEST=1 FINGERTIP_KERNEL_ROOT="$kernel_root" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
     /bin/sh -c 'cd "$1" && shift && exec .venv/bin/python -m pytest "$@"' sh "$project" \
     tests/kernel/guest -v --color=no -p no:cacheprovider -p asyncio -p aiohttp --durations=8 \
     -o junit_family=xunit1 --junitxml=/run/fingertip/junit.xml -o faulthandler_timeout=60 "$@"

@@ -86,13 +86,14 @@ async def eventually_async(check: Callable[[], bool], what: str, limit: float = 
 
 
 def vivid_module_file() -> Path:
-    """vivid.ko in the harness's kernel cache (this guest chroots into the host's root)."""
+    """vivid.ko in the unpacked kernel the runner booted (FINGERTIP_KERNEL_ROOT, on the host's
+    root that this guest chroots into)."""
+    root = Path(os.environ.get("FINGERTIP_KERNEL_ROOT", "/nonexistent"))
     release = os.uname().release
     sub = f"lib/modules/{release}/kernel/drivers/media/test-drivers/vivid"
-    for cache in sorted(Path("/root/.cache/fingertip/kernel").glob(f"{release}/root")):
-        for ko in sorted((cache / sub).glob("vivid.ko*")):
-            return ko
-    pytest.skip("vivid.ko not found in /root/.cache/fingertip/kernel (harness cache moved?)")
+    for ko in sorted((root / sub).glob("vivid.ko*")):
+        return ko
+    raise AssertionError(f"vivid.ko not found under {root / sub}: the runner passes the root")
 
 
 @pytest.fixture

@@ -1,0 +1,40 @@
+"""The Tool Lab: a single page served at `/` that lists the HTTP catalog, invokes tools through
+the HTTP tools API (so every rule of that API applies) and shows the target's screen.
+
+Plain files beside this module, no build step and nothing from a CDN: the page works on a
+laptop that reaches only the board.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+HERE = Path(__file__).resolve().parent
+ASSETS = ("app.js", "app.css")
+
+# The page only talks to its own origin; screenshots arrive as data: URLs.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(HERE / "index.html", headers=HEADERS)
+
+
+async def asset(request: web.Request) -> web.FileResponse:
+    name = request.match_info["name"]
+    if name not in ASSETS:
+        raise web.HTTPNotFound()
+    return web.FileResponse(HERE / name, headers=HEADERS)
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.get("/", index), web.get("/toollab/{name}", asset)]

@@ -1,0 +1,546 @@
+"""The WebSocket tool protocol for hosts: /api/ws on the daemon's HTTP port.
+
+A thin codec over the catalog (spec/websocket-tool-protocol.txt): tool.query -> tool.catalog,
+tool.call -> tool.result | tool.error, tool.batch -> tool.batch.result, with post-call
+evidence, the gzip-base64-json wrapper and ASFT binary transfers. No tool logic lives here.
+
+Sessions: the upgrade is refused (401) unless it carries a pairing or client token
+(`Authorization: Bearer TOKEN` or `?token=`); the token's maxToolPolicy lowers the [guard].ws
+preset for the whole session. Requests on one socket run concurrently (a host may query while
+a call runs); calls from every host meet in the catalog, which serializes HID invocations.
+When a host goes away its running requests are cancelled, except HID invocations, which the
+catalog runs to their end.
+
+Close codes: 1003 a binary message from the host, 1007 a text message that is not a JSON
+object (or not UTF-8), 1009 a message above [ws].max_message_bytes, 1006 no pong within half
+the heartbeat interval, 1001 the daemon is stopping. Everything else is answered with tool.error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from daemon.auth import Auth
+from daemon.catalog import CallContext, Catalog, Guard, ToolSpec, schema_errors, validation_error
+from daemon.config import WsConfig
+from daemon.errors import ToolError
+from daemon.screen.service import Screen, ShotOptions
+from daemon.transports import ws_catalog
+from daemon.transports.http import error_body, iso_utc
+from daemon.transports.ws_codec import (
+    BATCH,
+    BATCH_RESULT,
+    CALL,
+    CATALOG,
+    CHUNK_MAX,
+    CHUNK_MIN,
+    DELIVERY_BINARY,
+    DELIVERY_INLINE,
+    ERROR,
+    QUERY,
+    RESULT,
+    WRAPPER_KEY,
+    Envelope,
+    FrameViolation,
+    InvalidEnvelope,
+    artifact_size,
+    asft_frames,
+    decode_envelope,
+    detach_artifact,
+    dumps,
+    encode_envelope,
+    is_artifact,
+    may_wrap,
+    response_ids,
+    unwrap_payload,
+    wrap_text,
+)
+
+log = structlog.get_logger("daemon.ws")
+
+PATH = "/api/ws"
+MAX_BATCH = 32
+MAX_DELAY_MS = 2000
+SCREENSHOT, VISUAL_TREE = "screenshot", "visualTree"
+# Peers accept these spellings of visualTree; evidence is keyed by the spelling asked for.
+EVIDENCE_NAMES = {SCREENSHOT: SCREENSHOT, VISUAL_TREE: VISUAL_TREE}
+EVIDENCE_NAMES |= {"tree": VISUAL_TREE, "visual_tree": VISUAL_TREE}
+NO_VISUAL_TREE = ToolError(
+    "visual_tree_unavailable",
+    "this board sees the target only through screen capture: it has no UI tree; use "
+    "screenshot evidence instead",
+    retryable=False,
+)
+
+
+def call_schema(screenshot_args: dict[str, Any]) -> dict[str, Any]:
+    """The options of a tool.call payload (arguments are the tool's business, checked by the
+    catalog). screenshotArguments follow the screenshot tool's published schema."""
+    return {
+        "type": "object",
+        "properties": {
+            "toolId": {"type": "string"},
+            "callId": {"type": "string"},
+            "after": {
+                "type": "object",
+                "properties": {
+                    "include": {"type": "array", "items": {"enum": sorted(EVIDENCE_NAMES)}},
+                    "delayMilliseconds": {"type": "integer", "minimum": 0, "maximum": MAX_DELAY_MS},
+                    "screenshotArguments": screenshot_args,
+                    "visualTreeArguments": {"type": "object"},
+                },
+                "additionalProperties": False,
+            },
+            "deliveryMode": {"enum": [DELIVERY_INLINE, DELIVERY_BINARY]},
+            "chunkBytes": {"type": "integer", "minimum": CHUNK_MIN, "maximum": CHUNK_MAX},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class After:
+    include: tuple[str, ...]  # as spelled by the host, duplicates removed
+    delay_ms: int
+    shot: ShotOptions
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    tool_id: str
+    arguments: Any
+    after: After | None
+    delivery: str | None  # None: by size ([ws].binary_min_bytes)
+    chunk_bytes: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    transfer_id: str
+    data: bytes
+    chunk_bytes: int
+
+
+@dataclass
+class Outcome:
+    """One call as the protocol reports it (a tool.result payload or a batch item)."""
+
+    item: dict[str, Any]
+    transfers: list[Transfer] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.item["success"])
+
+
+def failure(tool_id: str | None, error: ToolError) -> Outcome:
+    item: dict[str, Any] = {} if tool_id is None else {"toolId": tool_id}
+    item.update(success=False, message=error.message, error=error.to_dict())
+    return Outcome(item)
+
+
+def _payload_error(code: str, what: str, errors: list[dict[str, str]]) -> ToolError:
+    return ToolError(
+        code,
+        f"invalid {what}: {errors[0]['path']}: {errors[0]['message']}",
+        details={"valid": False, "errors": errors},
+    )
+
+
+class WsTransport:
+    """The /api/ws endpoint and every live host session."""
+
+    def __init__(
+        self, catalog: Catalog, auth: Auth, guard: Guard, screen: Screen, config: WsConfig
+    ):
+        self.catalog = catalog
+        self.auth = auth
+        self.guard = guard
+        self.screen = screen
+        self.config = config
+        try:
+            shot_schema = catalog.args_schema(catalog.get(SCREENSHOT))
+        except ToolError:
+            shot_schema = {"type": "object"}
+        self.call_schema = call_schema(shot_schema)
+        self.revisions = ws_catalog.DefinitionRevisions(catalog)
+        self.sessions: set[Session] = set()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get(PATH, self.handle)]
+
+    async def close_all(self) -> None:
+        """At shutdown (after HID invocations drained): tell every host we are going away."""
+        await asyncio.gather(
+            *(s.close(WSCloseCode.GOING_AWAY, "daemon stopping") for s in list(self.sessions))
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        client = self.auth.client(request.headers.get("Authorization"), request.query.get("token"))
+        if not client.authenticated:
+            log.info("ws_refused", remote=request.remote, reason="no valid token")
+            error = ToolError(
+                "auth_required",
+                "the WebSocket tool protocol needs a pairing token: 'Authorization: Bearer "
+                "<token>' or ?token=<token> on the upgrade request",
+            )
+            return web.json_response(
+                error_body(error), status=401, headers={"WWW-Authenticate": "Bearer"}
+            )
+        ws = web.WebSocketResponse(
+            heartbeat=self.config.heartbeat_s,
+            max_msg_size=self.config.max_message_bytes,
+            timeout=2.0,  # how long close() waits for the host's close frame
+        )
+        if not ws.can_prepare(request).ok:
+            error = ToolError("websocket_upgrade_required", f"{PATH} speaks WebSocket only")
+            return web.json_response(
+                error_body(error), status=426, headers={"Upgrade": "websocket"}
+            )
+        await ws.prepare(request)
+        session = Session(self, ws, self.guard.lowered(client.max_policy), request.remote or "")
+        self.sessions.add(session)
+        log.info("ws_connected", remote=session.remote, max_policy=session.guard.max_policy)
+        try:
+            await session.run()
+        finally:
+            # No await before the log line: aiohttp cancels this handler when the host's
+            # connection drops, which would cut a cleanup that waits.
+            self.sessions.discard(session)
+            session.cancel_requests()
+            code = session.closed_with or ws.close_code
+            log.info("ws_closed", remote=session.remote, close_code=code, requests=session.count)
+            if not ws.closed:
+                await session.close(WSCloseCode.OK, "")
+        return ws
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def dispatch(
+        self, env: Envelope, session: Session
+    ) -> tuple[str, dict[str, Any], list[Transfer]]:
+        """(response type, payload, transfers) for one request; ToolError becomes tool.error."""
+        if env.type not in (QUERY, CALL, BATCH):
+            raise ToolError(
+                "tool_protocol_unknown_type", f"unsupported tool protocol message type {env.type!r}"
+            )
+        payload = env.payload
+        if isinstance(payload, dict) and WRAPPER_KEY in payload:
+            payload = await asyncio.to_thread(
+                unwrap_payload, payload, self.config.max_decoded_bytes
+            )
+        if env.type == QUERY:
+            query = ws_catalog.parse_query(payload)
+            return (
+                CATALOG,
+                ws_catalog.catalog_reply(
+                    self.catalog, session.guard, query, time.time(), self.revisions
+                ),
+                [],
+            )
+        if env.type == CALL:
+            if not isinstance(payload, dict):
+                raise ToolError(
+                    "tool_call_payload_invalid", "tool.call payload must be a JSON object"
+                )
+            outcome = await self.call(payload, session)
+            if not outcome.ok:
+                return ERROR, outcome.item["error"], []
+            return RESULT, outcome.item, outcome.transfers
+        return await self.batch(payload, session)
+
+    def parse_call(self, payload: dict[str, Any]) -> CallRequest:
+        p = {k: v for k, v in payload.items() if v is not None}  # null members count as absent
+        tool_id = p.get("toolId")
+        if not isinstance(tool_id, str) or not tool_id.strip():
+            raise ToolError("tool_call_missing_id", "the call needs a non-empty string 'toolId'")
+        if p.keys() - {"toolId", "arguments"}:
+            errors = schema_errors(self.call_schema, p)
+            if errors:
+                raise _payload_error("tool_call_payload_invalid", "tool.call payload", errors)
+        after = None
+        if "after" in p:
+            a = p["after"]
+            shot = a.get("screenshotArguments", {})
+            after = After(
+                include=tuple(dict.fromkeys(a.get("include", [VISUAL_TREE]))),
+                delay_ms=a.get("delayMilliseconds", 0),
+                shot=ShotOptions(
+                    quality=shot.get("quality", 80),
+                    max_width=shot.get("max_width"),
+                    scale=shot.get("scale"),
+                    fmt=shot.get("format", "jpeg"),
+                ),
+            )
+        arguments = p.get("arguments", {})
+        if not isinstance(arguments, dict):  # the contract: arguments must be a JSON object
+            kind = "array" if isinstance(arguments, list) else type(arguments).__name__
+            message = f"arguments must be a JSON object, not {kind}"
+            raise validation_error([{"path": "$", "code": "type_mismatch", "message": message}])
+        return CallRequest(
+            tool_id=tool_id,
+            arguments=arguments,
+            after=after,
+            delivery=p.get("deliveryMode"),
+            chunk_bytes=p.get("chunkBytes", self.config.chunk_bytes),
+        )
+
+    async def call(self, payload: dict[str, Any], session: Session) -> Outcome:
+        try:
+            req = self.parse_call(payload)
+        except ToolError as exc:
+            tool_id = payload.get("toolId")
+            return failure(tool_id if isinstance(tool_id, str) and tool_id else None, exc)
+        spec: ToolSpec | None = None
+        with contextlib.suppress(ToolError):
+            spec = self.catalog.get(req.tool_id)
+        if spec is not None and spec.exposure != "agent":
+            return failure(
+                req.tool_id, ToolError("tool_not_found", f"no tool named {req.tool_id!r}")
+            )
+        args = req.arguments
+        if spec is not None and ws_catalog.is_flattened(spec):
+            args = ws_catalog.flatten_arguments(args)
+        done = await self.catalog.call(
+            req.tool_id, args, guard=session.guard, ctx=CallContext("ws", client=session.remote)
+        )
+        if done.error is not None:
+            return failure(req.tool_id, done.error)
+        outcome = Outcome({"toolId": req.tool_id, "success": True})
+        note = done.tool.qualification(done.result)
+        if note:
+            outcome.item["message"] = note
+        result = done.result
+        if done.tool.evidence:
+            result = self.deliver(result, req, outcome.transfers)
+        outcome.item["result"] = result
+        if req.after is not None:
+            evidence = await self.evidence(req, outcome.transfers)
+            if evidence:
+                outcome.item["evidence"] = evidence
+        return outcome
+
+    def deliver(self, result: Any, req: CallRequest, transfers: list[Transfer]) -> Any:
+        """A screen-bearing result, inline or announced as an ASFT transfer (on request, or
+        by default when the image is at least [ws].binary_min_bytes)."""
+        if not is_artifact(result) or req.delivery == DELIVERY_INLINE:
+            return result
+        if req.delivery is None and artifact_size(result) < self.config.binary_min_bytes:
+            return result
+        transfer_id = uuid.uuid4().hex
+        announced, data = detach_artifact(result, transfer_id, req.chunk_bytes)
+        transfers.append(Transfer(transfer_id, data, req.chunk_bytes))
+        return announced
+
+    async def evidence(self, req: CallRequest, transfers: list[Transfer]) -> dict[str, Any]:
+        """Post-call evidence. A failed capture is reported inside the evidence; the call
+        itself has succeeded and stays a success."""
+        assert req.after is not None
+        if req.after.delay_ms:
+            await asyncio.sleep(req.after.delay_ms / 1000)
+        out: dict[str, Any] = {}
+        for name in req.after.include:
+            if EVIDENCE_NAMES[name] == VISUAL_TREE:
+                out[name] = failure(None, NO_VISUAL_TREE).item
+            elif req.tool_id != SCREENSHOT:  # a screenshot call's result is its own evidence
+                out[name] = await self.screenshot_evidence(req, transfers)
+        return out
+
+    async def screenshot_evidence(
+        self, req: CallRequest, transfers: list[Transfer]
+    ) -> dict[str, Any]:
+        assert req.after is not None
+        try:
+            shot = await self.screen.evidence(None, wait_stable=False, options=req.after.shot)
+        except ToolError as exc:
+            return failure(SCREENSHOT, exc).item
+        except Exception as exc:
+            log.exception("ws_evidence_failed")
+            error = ToolError("tool_execution_exception", f"screenshot evidence failed: {exc!r}")
+            return failure(SCREENSHOT, error).item
+        result = self.deliver(shot, req, transfers)
+        return {"toolId": SCREENSHOT, "success": True, "result": result}
+
+    async def batch(
+        self, payload: Any, session: Session
+    ) -> tuple[str, dict[str, Any], list[Transfer]]:
+        if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
+            raise ToolError(
+                "tool_batch_payload_invalid", "tool.batch payload needs a 'calls' array"
+            )
+        go_on = payload.get("continueOnError")
+        if go_on is not None and not isinstance(go_on, bool):
+            raise ToolError("tool_batch_payload_invalid", "continueOnError must be a boolean")
+        calls: list[Any] = payload["calls"]
+        if not 1 <= len(calls) <= MAX_BATCH:
+            raise ToolError(
+                "tool_batch_size_invalid",
+                f"a batch has 1 to {MAX_BATCH} calls, not {len(calls)}",
+                details={"requested": len(calls), "max": MAX_BATCH},
+            )
+        results: list[dict[str, Any]] = []
+        transfers: list[Transfer] = []
+        completed = 0
+        for index, call in enumerate(calls):
+            head: dict[str, Any] = {"index": index}
+            if not isinstance(call, dict):
+                error = ToolError(
+                    "tool_batch_call_invalid", "each batch call must be a JSON object"
+                )
+                outcome = failure(None, error)
+            else:
+                if isinstance(call.get("callId"), str):
+                    head["callId"] = call["callId"]
+                outcome = await self.call(call, session)
+                completed += 1
+                transfers += outcome.transfers
+            results.append(head | outcome.item)
+            if not outcome.ok and not go_on:
+                break
+        body = {
+            "success": all(r["success"] for r in results),
+            "completed": completed,
+            "requested": len(calls),
+            "stoppedEarly": len(results) < len(calls),
+            "results": results,
+        }
+        return BATCH_RESULT, body, transfers
+
+
+class Session:
+    """One host's socket: reads envelopes, runs requests as tasks, writes responses."""
+
+    def __init__(
+        self, transport: WsTransport, ws: web.WebSocketResponse, guard: Guard, remote: str
+    ):
+        self.transport = transport
+        self.ws = ws
+        self.guard = guard
+        self.remote = remote
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.send_lock = asyncio.Lock()
+        self.count = 0
+        self.closed_with: int | None = None  # the close code we sent, if we closed
+
+    async def run(self) -> None:
+        while True:
+            msg = await self.ws.receive()
+            if msg.type is WSMsgType.TEXT:
+                if not await self.on_text(msg.data):
+                    return
+            elif msg.type is WSMsgType.BINARY:
+                await self.violation(
+                    WSCloseCode.UNSUPPORTED_DATA, "binary messages are not accepted from hosts"
+                )
+                return
+            else:  # CLOSE, CLOSING, CLOSED, ERROR (e.g. too big, bad UTF-8: aiohttp closed it)
+                if msg.type is WSMsgType.ERROR:
+                    log.info("ws_protocol_violation", remote=self.remote, reason=str(msg.data))
+                return
+
+    async def on_text(self, text: str) -> bool:
+        """Handle one text message; False when the socket must close."""
+        try:
+            env = decode_envelope(text)
+        except FrameViolation as exc:
+            await self.violation(exc.code, exc.reason)
+            return False
+        except InvalidEnvelope as exc:
+            log.info("ws_invalid_envelope", remote=self.remote, reason=exc.error.message)
+            await self.reply(exc.request_id, exc.session_id, ERROR, exc.error.to_dict())
+            return True
+        if env is None:
+            return True  # another capability's message: not for us
+        self.count += 1
+        if len(self.tasks) >= self.transport.config.max_inflight:
+            busy = ToolError(
+                "tool_protocol_busy",
+                f"{len(self.tasks)} requests are already running on this connection",
+                retryable=True,
+            )
+            await self.reply(env.id, env.session_id, ERROR, busy.to_dict())
+            return True
+        task = asyncio.create_task(self.handle(env))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    async def handle(self, env: Envelope) -> None:
+        transfers: list[Transfer] = []
+        try:
+            kind, payload, transfers = await self.transport.dispatch(env, self)
+        except ToolError as exc:
+            kind, payload = ERROR, exc.to_dict()
+        except Exception as exc:
+            log.exception("ws_request_failed", type=env.type)
+            kind = ERROR
+            payload = ToolError("tool_execution_exception", f"{env.type} failed: {exc!r}").to_dict()
+        if await self.reply(env.id, env.session_id, kind, payload):
+            for transfer in transfers:  # announced by the reply: they follow it
+                await self.send_transfer(transfer)
+
+    async def reply(
+        self, request_id: str | None, session_id: str | None, kind: str, payload: dict[str, Any]
+    ) -> bool:
+        """Send one response; False when it could not be (not JSON-encodable, host gone)."""
+        try:
+            text = dumps(payload)
+        except (ValueError, TypeError) as exc:  # e.g. a NaN in a tool result: a bug, say so
+            log.error("ws_reply_not_json", type=kind, error=repr(exc))
+            error = ToolError("tool_execution_exception", f"the {kind} payload is not JSON: {exc}")
+            await self.reply(request_id, session_id, ERROR, error.to_dict())
+            return False
+        if may_wrap(text):  # compressing a large payload is CPU work: not on the loop
+            text = await asyncio.to_thread(wrap_text, text)
+        message_id, reply_to = response_ids(request_id)
+        return await self.send(
+            encode_envelope(kind, message_id, reply_to, session_id, iso_utc(time.time()), text)
+        )
+
+    async def send_transfer(self, transfer: Transfer) -> None:
+        frames = 0
+        for frame in asft_frames(transfer.transfer_id, transfer.data, transfer.chunk_bytes):
+            if not await self.send(frame):
+                break
+            frames += 1
+        log.debug(
+            "ws_transfer", transfer_id=transfer.transfer_id, bytes=len(transfer.data), frames=frames
+        )
+
+    async def send(self, message: str | bytes) -> bool:
+        """One message; False when the host is gone (its answer is dropped, nothing else)."""
+        try:
+            async with self.send_lock:
+                if isinstance(message, str):
+                    await self.ws.send_str(message)
+                else:
+                    await self.ws.send_bytes(message)
+            return True
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("ws_send_dropped", remote=self.remote, error=repr(exc))
+            return False
+
+    async def violation(self, code: int, reason: str) -> None:
+        log.info("ws_protocol_violation", remote=self.remote, close_code=code, reason=reason)
+        await self.close(code, reason)
+
+    async def close(self, code: int, reason: str) -> None:
+        if not self.ws.closed:
+            self.closed_with = code
+        # A close reason is at most 123 bytes of UTF-8: cut, then drop a split character.
+        await self.ws.close(
+            code=code, message=reason.encode()[:120].decode(errors="ignore").encode()
+        )
+
+    def cancel_requests(self) -> None:
+        """The host is gone: cancel what it still had running. HID invocations go on inside
+        the catalog; the others end (and are logged) as cancelled."""
+        for task in self.tasks:
+            task.cancel()

@@ -1,0 +1,153 @@
+"""WebSocket tool protocol round trips (not part of the test suite; no pass/fail on time).
+
+Both servers run as their own processes on loopback and are driven by the same aiohttp client,
+in alternating rounds so machine noise hits both alike:
+  - tool.call of health_check against the real daemon (simulated target) vs the same text
+    sent to a bare aiohttp WebSocket echo server (target <= 1.3x),
+  - one tool.batch of 32 health_check calls vs 32 single tool.calls one after another.
+Run: .venv/bin/python tests/bench/bench_ws.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.service.daemonproc import DaemonProcess, free_port
+
+ROUNDS, N = 15, 200
+BATCH_ROUNDS, BATCH_N = 15, 10
+
+ECHO_SERVER = """
+import sys
+from aiohttp import web
+
+async def echo(request):
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for msg in ws:
+        await ws.send_str(msg.data)
+    return ws
+
+app = web.Application()
+app.add_routes([web.get("/ws", echo)])
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print("up", flush=True))
+"""
+
+
+def envelope(kind: str, n: int, payload: object) -> str:
+    return json.dumps(
+        {
+            "type": kind,
+            "id": f"bench_{n}",
+            "sessionId": "bench",
+            "sentAt": "2026-08-25T00:00:00Z",
+            "capability": "tool.exec",
+            "payload": payload,
+        }
+    )
+
+
+CALL = envelope("tool.call", 1, {"toolId": "health_check", "arguments": {}})
+# Answered by the protocol layer alone (tool.error, no catalog work): the codec's own cost.
+UNKNOWN = envelope("tool.ping", 3, {})
+BATCH = envelope("tool.batch", 2, {"calls": [{"toolId": "health_check", "arguments": {}}] * 32})
+
+
+async def round_trip(ws: aiohttp.ClientWebSocketResponse, text: str) -> object:
+    """What a host does per request: send the envelope, read and parse the reply."""
+    await ws.send_str(text)
+    msg = await ws.receive()
+    assert msg.type is aiohttp.WSMsgType.TEXT, msg
+    return json.loads(msg.data)
+
+
+async def per_call_ms(fn: Callable[[], Awaitable[object]], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        await fn()
+    return (time.perf_counter() - start) * 1000 / n
+
+
+async def paired(
+    baseline: Callable[[], Awaitable[object]],
+    subject: Callable[[], Awaitable[object]],
+    rounds: int,
+    n: int,
+) -> tuple[float, float, float]:
+    """(baseline ms, subject ms, median of per-round ratios subject/baseline)."""
+    await per_call_ms(baseline, n), await per_call_ms(subject, n)  # warm-up
+    base, subj = [], []
+    for _ in range(rounds):
+        base.append(await per_call_ms(baseline, n))
+        subj.append(await per_call_ms(subject, n))
+    ratios = [s / b for b, s in zip(base, subj, strict=True)]
+    return statistics.median(base), statistics.median(subj), statistics.median(ratios)
+
+
+async def run(daemon: DaemonProcess, echo_port: int) -> None:
+    headers = {"Authorization": f"Bearer {daemon.token}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(f"{daemon.base}/api/ws", headers=headers) as tool_ws,
+        session.ws_connect(f"http://127.0.0.1:{echo_port}/ws") as echo_ws,
+    ):
+        reply = await round_trip(tool_ws, CALL)
+        assert isinstance(reply, dict) and reply["type"] == "tool.result", reply
+        echo, call, ratio = await paired(
+            lambda: round_trip(echo_ws, CALL), lambda: round_trip(tool_ws, CALL), ROUNDS, N
+        )
+        print(f"medians of {ROUNDS} alternating rounds of {N} round trips (loopback)")
+        print(f"  bare aiohttp WS echo             {echo:7.3f} ms  baseline")
+        print(f"  tool.call health_check           {call:7.3f} ms  {ratio:6.2f}x  (target <= 1.3x)")
+        echo, bare, ratio = await paired(
+            lambda: round_trip(echo_ws, UNKNOWN), lambda: round_trip(tool_ws, UNKNOWN), ROUNDS, N
+        )
+        print(f"  bare echo, short message         {echo:7.3f} ms  baseline")
+        print(f"  protocol layer only (tool.error) {bare:7.3f} ms  {ratio:6.2f}x  (no catalog)")
+
+        async def singles() -> None:
+            for _ in range(32):
+                await round_trip(tool_ws, CALL)
+
+        reply = await round_trip(tool_ws, BATCH)
+        assert isinstance(reply, dict) and reply["payload"]["completed"] == 32, reply
+        one_by_one, batch, ratio = await paired(
+            singles, lambda: round_trip(tool_ws, BATCH), BATCH_ROUNDS, BATCH_N
+        )
+        print(f"medians of {BATCH_ROUNDS} alternating rounds of {BATCH_N}")
+        print(f"  32 single tool.calls in a row    {one_by_one:7.3f} ms  baseline")
+        print(f"  one tool.batch of 32 calls       {batch:7.3f} ms  {ratio:6.2f}x")
+
+
+def main() -> None:
+    echo_port = free_port()
+    echo = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER, str(echo_port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert echo.stdout is not None and echo.stdout.readline().strip() == "up"
+        with tempfile.TemporaryDirectory(prefix="ft-bench-") as tmp:
+            # The board's log level: one info line per invocation, as in production.
+            daemon = DaemonProcess(Path(tmp), {"log": {"level": "info"}}).start()
+            try:
+                asyncio.run(run(daemon, echo_port))
+            finally:
+                daemon.stop()
+    finally:
+        echo.terminate()
+        echo.wait()
+
+
+if __name__ == "__main__":
+    main()

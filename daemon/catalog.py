@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import fastjsonschema
 import jsonschema
 import structlog
 
@@ -105,6 +106,11 @@ class Availability:
 
 AVAILABLE = Availability()
 
+SCREEN_NOT_SETTLED = (
+    "the screen was still changing when the stability wait ended: the screenshot is current "
+    "but may not show the final state"
+)
+
 Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
 SchemaFor = Callable[[str], dict[str, Any]]
 
@@ -134,6 +140,22 @@ class ToolSpec:
     prerequisites: tuple[str, ...] = ()
     terminating: bool = False  # ends the agent run (wait_for_wakeup)
     evidence: bool = False  # its result carries a screenshot (post-action evidence)
+    # Tool knowledge for callers that must tell "done" from "done, but read this first" (the
+    # Tool RPC qualified reply): a sentence when a successful result is qualified, else None.
+    qualify: Callable[[Any], str | None] | None = None
+    # Runs before schema validation on the raw arguments, to refuse a retired value with a
+    # message that says what to use instead (touch_gesture type "drag"); raises ToolError.
+    precheck: Callable[[Any], None] | None = None
+
+    def qualification(self, result: Any) -> str | None:
+        """The tool's own qualification of a successful result, else the generic evidence rule:
+        a post-action screenshot taken before the screen settled (screen_stable false)."""
+        own = self.qualify(result) if self.qualify is not None else None
+        if own:
+            return own
+        if self.evidence and isinstance(result, dict) and result.get("screen_stable") is False:
+            return SCREEN_NOT_SETTLED
+        return None
 
     def schema_for(self, platform: str) -> dict[str, Any]:
         s = self.args_schema
@@ -187,8 +209,38 @@ _ERROR_CODES = {
 }
 
 
+# Compiled validators by schema identity (the schema is kept alive beside them, so an id is
+# never reused while cached). fastjsonschema compiles a schema to Python code and answers "is
+# it valid?" about ten times faster than jsonschema, which matters on every call; jsonschema
+# stays the authority and explains what is wrong whenever the fast check says no.
+_Check = Callable[[Any], Any]
+_VALIDATORS: dict[int, tuple[dict[str, Any], _Check | None, jsonschema.Draft202012Validator]] = {}
+
+
+def _compiled(schema: dict[str, Any]) -> tuple[_Check | None, jsonschema.Draft202012Validator]:
+    hit = _VALIDATORS.get(id(schema))
+    if hit is None:
+        if len(_VALIDATORS) > 512:  # only transports with ad-hoc schemas could grow it
+            _VALIDATORS.clear()
+        try:
+            # No defaults filled in and no formats checked: the same answers as jsonschema.
+            fast: _Check | None = fastjsonschema.compile(
+                schema, use_default=False, use_formats=False
+            )
+        except fastjsonschema.JsonSchemaDefinitionException:
+            fast = None  # a keyword it does not know: jsonschema alone
+        hit = _VALIDATORS[id(schema)] = (schema, fast, jsonschema.Draft202012Validator(schema))
+    return hit[1], hit[2]
+
+
 def _schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
-    validator = jsonschema.Draft202012Validator(schema)
+    fast, validator = _compiled(schema)
+    if fast is not None:
+        try:
+            fast(value)
+            return []
+        except fastjsonschema.JsonSchemaValueException:
+            pass
     out = []
     for err in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
@@ -212,6 +264,12 @@ def validation_error(errors: list[dict[str, str]], what: str = "arguments") -> T
     )
 
 
+def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
+    """`value`'s errors against `schema` as [{path, code, message}] (empty when valid), so a
+    transport reports bad protocol payloads with the same codes as bad tool arguments."""
+    return _schema_errors(schema, value)
+
+
 class Catalog:
     """All registered tools for one configured platform."""
 
@@ -227,6 +285,7 @@ class Catalog:
         self.tool_timeout_s = tool_timeout_s
         self.hid_timeout_s = hid_timeout_s
         self._specs: dict[str, ToolSpec] = {}
+        self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
         for spec in specs:
             self.register(spec)
@@ -277,7 +336,11 @@ class Catalog:
         return spec.platforms is None or self.platform in spec.platforms
 
     def args_schema(self, spec: ToolSpec) -> dict[str, Any]:
-        return spec.schema_for(self.platform)
+        """The schema for this catalog's platform, computed once per tool."""
+        schema = self._args_schemas.get(spec.name)
+        if schema is None:
+            schema = self._args_schemas[spec.name] = spec.schema_for(self.platform)
+        return schema
 
     def availability(self, spec: ToolSpec) -> Availability:
         if not self.runs_here(spec):
@@ -316,6 +379,8 @@ class Catalog:
     # -- calls ------------------------------------------------------------------------------
 
     def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
+        if spec.precheck is not None:
+            spec.precheck(args)
         errors = _schema_errors(self.args_schema(spec), args)
         if errors:
             raise validation_error(errors)

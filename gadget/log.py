@@ -35,5 +35,6 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(out),
-        cache_logger_on_first_use=False,
+        # Loggers are bound once configured: the per-call cost matters on every tool call.
+        cache_logger_on_first_use=True,
     )

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.bench.timing import paired
 from tests.service.daemonproc import DaemonProcess, free_port
 
 ROUNDS, N = 15, 200
@@ -70,29 +68,6 @@ async def round_trip(ws: aiohttp.ClientWebSocketResponse, text: str) -> object:
     msg = await ws.receive()
     assert msg.type is aiohttp.WSMsgType.TEXT, msg
     return json.loads(msg.data)
-
-
-async def per_call_ms(fn: Callable[[], Awaitable[object]], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        await fn()
-    return (time.perf_counter() - start) * 1000 / n
-
-
-async def paired(
-    baseline: Callable[[], Awaitable[object]],
-    subject: Callable[[], Awaitable[object]],
-    rounds: int,
-    n: int,
-) -> tuple[float, float, float]:
-    """(baseline ms, subject ms, median of per-round ratios subject/baseline)."""
-    await per_call_ms(baseline, n), await per_call_ms(subject, n)  # warm-up
-    base, subj = [], []
-    for _ in range(rounds):
-        base.append(await per_call_ms(baseline, n))
-        subj.append(await per_call_ms(subject, n))
-    ratios = [s / b for b, s in zip(base, subj, strict=True)]
-    return statistics.median(base), statistics.median(subj), statistics.median(ratios)
 
 
 async def run(daemon: DaemonProcess, echo_port: int) -> None:

@@ -1,0 +1,119 @@
+"""HTTP tool-call overhead, and the daemon's idle cost (not part of the test suite).
+
+- POST /api/tools/health_check on the real daemon (simulated target) vs a bare aiohttp handler
+  that returns a JSON body of the same size, both in their own processes on loopback, driven by
+  one keep-alive aiohttp client in alternating rounds (target <= 1.3x);
+- the daemon's CPU time over an idle stretch with no client, and its resident memory.
+Run: .venv/bin/python tests/bench/bench_http.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.bench.timing import paired
+from tests.service.daemonproc import DaemonProcess, free_port
+
+ROUNDS, N = 15, 200
+IDLE_S = 5.0
+
+BARE_SERVER = """
+import sys
+from aiohttp import web
+
+BODY = sys.stdin.read()
+
+async def handler(request):
+    await request.read()
+    return web.Response(text=BODY, content_type="application/json")
+
+app = web.Application()
+app.add_routes([web.post("/api/tools/health_check", handler)])
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print("up", flush=True))
+"""
+BODY = json.dumps({"input": {}})
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def run(daemon: DaemonProcess, bare_port: int) -> None:
+    async with aiohttp.ClientSession() as session:
+
+        async def post(base: str) -> object:
+            async with session.post(
+                f"{base}/api/tools/health_check",
+                data=BODY,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                return await resp.json()
+
+        reply = await post(daemon.base)
+        assert isinstance(reply, dict) and reply["is_error"] is False, reply
+        bare_base = f"http://127.0.0.1:{bare_port}"
+        base, tool, ratio = await paired(
+            lambda: post(bare_base), lambda: post(daemon.base), ROUNDS, N
+        )
+        print(f"medians of {ROUNDS} alternating rounds of {N} requests (loopback, keep-alive)")
+        print(f"  bare aiohttp JSON handler        {base:7.3f} ms  baseline")
+        print(f"  POST /api/tools/health_check     {tool:7.3f} ms  {ratio:6.2f}x  (target <= 1.3x)")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="ft-bench-") as tmp:
+        # The board's log level: one info line per invocation, as in production.
+        daemon = DaemonProcess(Path(tmp), {"log": {"level": "info"}}).start()
+        try:
+            assert daemon.proc is not None
+            pid = daemon.proc.pid
+            time.sleep(1.0)  # let start-up work settle
+            before = cpu_seconds(pid)
+            time.sleep(IDLE_S)
+            idle_cpu = cpu_seconds(pid) - before
+            print(
+                f"idle daemon, no client, {IDLE_S:g} s: {idle_cpu * 1000:.1f} ms CPU "
+                f"({idle_cpu / IDLE_S * 100:.2f} % of a core), RSS {rss_mib(pid):.1f} MiB"
+            )
+            sample = json.dumps(daemon.post_json("/api/tools/health_check", {"input": {}}))
+            port = free_port()
+            bare = subprocess.Popen(
+                [sys.executable, "-c", BARE_SERVER, str(port)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert bare.stdin is not None and bare.stdout is not None
+                bare.stdin.write(sample)
+                bare.stdin.close()
+                assert bare.stdout.readline().strip() == "up"
+                asyncio.run(run(daemon, port))
+            finally:
+                bare.terminate()
+                bare.wait()
+            print(f"daemon RSS after the run: {rss_mib(pid):.1f} MiB")
+        finally:
+            daemon.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+
 from gadget.settings import GadgetSettings
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
@@ -86,6 +87,25 @@ class GuardConfig:
     http: str = _key("read-write", _GUARD)
     ws: str = _key("read-write", _GUARD)
     ipc: str = _key("read-write", _GUARD)
+    mcp: str = _key("read-write", _GUARD, "the MCP endpoint at /mcp")
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    """The WebSocket tool protocol for hosts (/api/ws on the server port)."""
+
+    heartbeat_s: float = _key(
+        20.0, _num(0.1, 600), "ping interval; no pong within half of it closes"
+    )
+    max_message_bytes: int = _key(4 << 20, _int(1024, 64 << 20), "largest message a host may send")
+    max_decoded_bytes: int = _key(
+        8 << 20, _int(1024, 256 << 20), "largest gzip-base64-json payload once decoded"
+    )
+    binary_min_bytes: int = _key(
+        1 << 20, _int(0, 1 << 30), "screenshots this large go as ASFT binary frames by default"
+    )
+    chunk_bytes: int = _key(65536, _int(1024, 524288), "default ASFT chunk size")
+    max_inflight: int = _key(32, _int(1, 1024), "requests one connection may have running")
 
 
 @dataclass(frozen=True)
@@ -178,6 +198,9 @@ class InputConfig:
     )
     evidence_timeout_ms: int = _key(3500, _int(0, 60000), "post-action stability wait limit")
     evidence_stable_ms: int = _key(500, _int(0, 60000), "post-action: unchanged this long")
+    focus_settle_ms: int = _key(
+        300, _int(0, 10000), "enter_text: after the focusing tap, before typing"
+    )
     enter_text_delay_ms: int = _key(300, _int(0, 10000), "enter_text: delay before its screenshot")
     search_open_ms: int = _key(
         600, _int(0, 10000), "open_app/open_url: wait for the search field before typing"
@@ -226,6 +249,7 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
+    ws: WsConfig = field(default_factory=WsConfig)
     ipc: IpcConfig = field(default_factory=IpcConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     state: StateConfig = field(default_factory=StateConfig)
@@ -272,6 +296,7 @@ def config_schema() -> dict[str, Any]:
 
 
 _VALIDATOR = jsonschema.Draft202012Validator(config_schema())
+
 
 def _describe(err: jsonschema.ValidationError) -> str:
     path = ".".join(str(p) for p in err.absolute_path)

@@ -15,11 +15,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon import systemd
+from daemon import systemd, toollab
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
+from daemon.engine import engine_for
 from daemon.frames import FrameSource
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
@@ -27,6 +28,10 @@ from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
+from daemon.transports.mcp import McpEndpoint
+from daemon.transports.openapi import OpenApi
+from daemon.transports.ws import WsTransport
+from gadget.errors import GadgetError
 from gadget.log import configure_logging
 
 log = structlog.get_logger("daemon.service")
@@ -87,12 +92,23 @@ class Daemon:
                 config.server.max_body_bytes,
             ).routes()
         )
+        ws_guard = Guard.preset(config.guard.ws)
+        self.ws = WsTransport(self.catalog, self.auth, ws_guard, self.rt.screen, config.ws)
+        self.app.add_routes(self.ws.routes())
+        http_guard = Guard.preset(config.guard.http)
+        self.app.add_routes(OpenApi(self.catalog, self.auth, http_guard).routes())
+        mcp_guard = Guard.preset(config.guard.mcp)
+        self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
+        self.app.add_routes(toollab.routes())
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
             self.app.add_routes(sim_routes(self.backend.target))
         # Transports and services register what must run at stop, in reverse order.
         self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
+        self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers
+        # After the catalog drained: nothing held, any drag undone, the full profile live.
+        self.on_stop.append(engine_for(self.rt).close)
         self.runner: web.AppRunner | None = None
         self.ipc = IpcServer(self.catalog, config.ipc, Guard.preset(config.guard.ipc))
 
@@ -169,5 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(config))
     except OSError as exc:  # e.g. the port is taken: one clear line
         print(f"fingertipd: {exc}", file=sys.stderr)
+        return 1
+    except GadgetError as exc:  # the board backend's gadget (no configfs, no UDC): one line
+        print(f"fingertipd: {exc.message}", file=sys.stderr)
         return 1
     return 0

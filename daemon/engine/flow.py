@@ -1,0 +1,358 @@
+"""The serialized HID flow: one per daemon, every HID invocation from every transport queues for
+it (asyncio.Lock is first-come first-served), and runs its programs inside a Session.
+
+A Session is one invocation's scope:
+- iOS keyboard isolation: a keyboard program holding a modifier other than shift runs in the
+  `keyboard-isolated` profile (AssistiveTouch swallows such shortcuts while the pointer is in the
+  composite); consecutive ones share the phase, keys without modifiers do not end it, a pointer
+  program restores `full` first. After a switch the engine waits `isolation_settle_ms` beyond
+  the target's enumeration before the next report.
+- Whatever ends the invocation (return, error, the catalog's limit, client gone, shutdown), its
+  end releases every role the target may still hold and restores `full`, shielded from further
+  cancellation. The only thing that outlives an invocation on purpose is a confirmed drag
+  (drag_start with a stable screen), and that is undone after `drag_limit_s` if no drag_release
+  comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import structlog
+
+from daemon.backends import HidOutput, ProfileControl
+from daemon.config import InputConfig
+from daemon.engine import program as prog
+from daemon.engine.executor import Held, execute
+from daemon.engine.program import Point, Pointer, Program, Step
+from daemon.errors import ToolError
+from gadget import reports
+from gadget.errors import GadgetError
+
+log = structlog.get_logger("daemon.engine")
+
+FULL = "full"
+ISOLATED = "keyboard-isolated"
+DragRole = Literal["none", "start", "release"]
+T = TypeVar("T")
+
+
+async def run_to_end(aw: Awaitable[T]) -> T:
+    """Await `aw` to its end even if the caller is cancelled meanwhile; the cancellation is
+    re-raised afterwards. For cleanup that must not be cut short."""
+    task = asyncio.ensure_future(aw)
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+def required_profile(program: Sequence[Step], isolate: bool) -> str | None:
+    """The profile a program needs: `full` for any pointer report, `keyboard-isolated` (only
+    when isolating) for a modifier other than shift, None when either will do."""
+    if any(step.role == "pointer" for step in program):
+        return FULL
+    if isolate and prog.program_modifiers(program) & ~prog.SHIFT_BITS:
+        return ISOLATED
+    return None
+
+
+@dataclass
+class Drag:
+    """A confirmed drag: contact down at `at`, started at `start`."""
+
+    start: Point
+    at: Point
+    expires: float  # monotonic
+
+
+class Session:
+    """One HID invocation's access to the flow. Obtained from InputEngine.invocation()."""
+
+    def __init__(self, engine: InputEngine, tool: str):
+        self.engine = engine
+        self.tool = tool
+        self.switches: list[str] = []
+        self._keep_contact = False
+        self._finished = False
+
+    @property
+    def pointer_at(self) -> Point | None:
+        return self.engine.pointer_at
+
+    async def run(self, program: Program) -> None:
+        """Run one program, switching profile first if it needs another one."""
+        if self._finished:
+            raise RuntimeError("session already finished")
+        if not program:
+            return
+        want = required_profile(program, self.engine.isolates)
+        if want is not None:
+            await self.engine.use_profile(want, self)
+        await self.engine.play(program)
+
+    def keep_contact(self, drag: Drag) -> None:
+        """drag_start confirmed: the contact outlives this invocation."""
+        self._keep_contact = True
+        self.engine.begin_drag(drag)
+
+    async def finish(self) -> None:
+        """Release whatever may be held and restore `full`; idempotent. The invocation's end
+        calls it anyway; tools call it early to take their evidence after it."""
+        if self._finished:
+            return
+        self._finished = True
+        engine = self.engine
+        if not self._keep_contact:
+            engine.end_drag()
+        released = await engine.release_all(keep_pointer=self._keep_contact)
+        restored = await engine.restore_full(self)
+        if released or restored or self.switches:
+            log.info(
+                "input_invocation_end",
+                tool=self.tool,
+                released=released,
+                switches=self.switches,
+                profile=engine.profiles.profile,
+                drag_kept=self._keep_contact,
+            )
+
+
+class InputEngine:
+    """The HID flow of one daemon over one HidOutput and one ProfileControl."""
+
+    def __init__(
+        self, hid: HidOutput, profiles: ProfileControl, cfg: InputConfig, platform: str
+    ) -> None:
+        self.hid = hid
+        self.profiles = profiles
+        self.cfg = cfg
+        self.platform = platform
+        self.isolates = platform == "ios"
+        self.pointer = Pointer.for_platform(platform, cfg)
+        self.held = Held(self.pointer.kind)
+        self.drag: Drag | None = None
+        self._flow = asyncio.Lock()
+        self._closed = False
+        self._drag_timer: asyncio.TimerHandle | None = None
+        self._drag_expiry: asyncio.Task[None] | None = None
+
+    # -- the flow ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def invocation(self, tool: str, *, drag: DragRole = "none") -> AsyncIterator[Session]:
+        """Queue for the flow, then hold it for one invocation; its end cleans up, always."""
+        self._check_open()
+        async with self._flow:
+            self._check_open()
+            self._check_drag(tool, drag)
+            session = Session(self, tool)
+            try:
+                yield session
+            finally:
+                await run_to_end(session.finish())
+
+    @property
+    def busy(self) -> bool:
+        return self._flow.locked()
+
+    @property
+    def pointer_at(self) -> Point | None:
+        """Where the mouse cursor is (last report sent); None when unknown or a touchscreen,
+        which has no resting position."""
+        last = self.held.last.get("pointer")
+        if last is None or self.pointer.kind != "mouse":
+            return None
+        m = reports.unpack_mouse(last)
+        return Point(reports.abs_to_norm(m.x), reports.abs_to_norm(m.y))
+
+    async def play(self, program: Program) -> None:
+        """Execute a program with the write limit over the whole of it; errors become ToolErrors."""
+        limit = (prog.duration_ms(program) + self.cfg.write_timeout_ms) / 1000
+        try:
+            async with asyncio.timeout(limit):
+                await execute(self.hid, program, self.held)
+        except TimeoutError:
+            raise ToolError(
+                "hid_write_timeout",
+                f"the target did not accept HID reports within {self.cfg.write_timeout_ms:g} ms",
+                retryable=True,
+            ) from None
+        except GadgetError as e:
+            raise ToolError(e.code, e.message, retryable=e.retryable) from None
+
+    async def use_profile(self, name: str, session: Session | None = None) -> bool:
+        """Make `name` live; after a real switch, wait the settle before any report."""
+        if self.profiles.profile == name:
+            return False
+        try:
+            async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
+                changed = await self.profiles.switch_profile(name)
+        except TimeoutError:
+            raise ToolError(
+                "profile_switch_failed",
+                f"switching the USB composite to {name!r} did not finish within "
+                f"{self.cfg.profile_switch_timeout_s:g} s",
+                retryable=True,
+            ) from None
+        except GadgetError as e:
+            raise ToolError(
+                "profile_switch_failed",
+                f"switching the USB composite to {name!r} failed: {e.message}",
+                retryable=e.retryable,
+            ) from None
+        if not changed:
+            return False
+        self.held.forget()  # the host dropped everything held when it re-enumerated
+        if session is not None:
+            session.switches.append(name)
+        log.info("profile_switched", profile=name, tool=session.tool if session else None)
+        await asyncio.sleep(self.cfg.isolation_settle_ms / 1000)
+        return True
+
+    async def release_all(self, *, keep_pointer: bool = False) -> list[str]:
+        """Send the all-up report of every role that may be held; returns those roles.
+
+        A release the target refuses (unplugged, re-enumerating) is logged, not raised: a host
+        that is not listening holds nothing, and the next write starts from a clean state.
+        """
+        roles = [r for r in self.held.holding() if not (keep_pointer and r == "pointer")]
+        for role in roles:
+            report = self.held.release_report(role)
+            failure: ToolError | None = None
+            delivered = 0
+            # Each repeat on its own: one refused write must not cancel the ones after it.
+            for i in range(self.cfg.release_repeats):
+                if i:
+                    await asyncio.sleep(self.cfg.release_interval_ms / 1000)
+                try:
+                    await self.play([Step(0.0, role, report)])
+                    delivered += 1
+                except ToolError as e:
+                    failure = e
+            if failure is not None:
+                log.warning(
+                    "release_write_failed",
+                    role=role,
+                    delivered=delivered,
+                    code=failure.code,
+                    reason=failure.message,
+                )
+            self.held.unsure.discard(role)
+            self.held.last[role] = report
+        return roles
+
+    async def restore_full(self, session: Session | None = None) -> bool:
+        try:
+            return await self.use_profile(FULL, session)
+        except ToolError as e:
+            # The next pointer action retries the switch before it acts.
+            log.error("profile_restore_failed", code=e.code, reason=e.message)
+            return False
+
+    # -- drags ----------------------------------------------------------------------------------
+
+    def _check_drag(self, tool: str, role: DragRole) -> None:
+        if role == "release":
+            if self.drag is None:
+                raise ToolError(
+                    "drag_not_in_progress",
+                    "no drag is in progress: call drag_start first (a drag_start that returned "
+                    "screen_stable=false, or one left longer than the drag limit, was already "
+                    "moved back and released)",
+                )
+            return
+        if self.drag is not None:
+            left = max(0.0, self.drag.expires - time.monotonic())
+            code = "drag_already_in_progress" if role == "start" else "drag_in_progress"
+            raise ToolError(
+                code,
+                f"a drag is in progress (contact held at {self.drag.at.to_dict()}): finish it "
+                f"with drag_release at the confirmed point before {tool}; it is undone "
+                f"automatically in {left:.0f} s",
+                retryable=True,
+                details={"drag": self.drag_dict()},
+            )
+
+    def drag_dict(self) -> dict[str, Any]:
+        d = self.drag
+        if d is None:
+            return {}
+        return {
+            "start": d.start.to_dict(),
+            "at": d.at.to_dict(),
+            "expires_in_s": round(max(0.0, d.expires - time.monotonic()), 1),
+        }
+
+    def begin_drag(self, drag: Drag) -> None:
+        self.drag = drag
+        delay = max(0.0, drag.expires - time.monotonic())
+        self._drag_timer = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def end_drag(self) -> None:
+        self.drag = None
+        if self._drag_timer is not None:
+            self._drag_timer.cancel()
+            self._drag_timer = None
+
+    def _expire(self) -> None:
+        self._drag_timer = None
+        self._drag_expiry = asyncio.create_task(self._undo_drag())
+
+    async def _undo_drag(self) -> None:
+        """The drag limit passed: move back to the start and lift, as an invocation of its own."""
+        try:
+            async with self.invocation("drag_limit", drag="release") as s:
+                d = self.drag
+                assert d is not None
+                log.warning("drag_expired", start=d.start.to_dict(), at=d.at.to_dict())
+                await s.run(prog.drag_cancel(self.cfg, self.pointer, d.at, d.start))
+        except ToolError as e:
+            log.warning("drag_expiry_failed", code=e.code, reason=e.message)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ToolError(
+                "input_engine_stopped", "the daemon is stopping; no more HID input", retryable=True
+            )
+
+    async def close(self) -> None:
+        """The daemon's stop hook: after the catalog has drained, leave nothing held, any drag
+        released, and the `full` profile live."""
+        self._closed = True
+        self.end_drag()
+        if self._drag_expiry is not None and not self._drag_expiry.done():
+            self._drag_expiry.cancel()
+        locked = False
+        try:
+            async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
+                await self._flow.acquire()
+                locked = True
+        except TimeoutError:
+            log.error("input_flow_stuck_at_stop")  # release anyway: nothing may stay down
+        try:
+            released = await self.release_all()
+            await self.restore_full()
+        finally:
+            if locked:
+                self._flow.release()
+        log.info(
+            "input_engine_stopped",
+            released=released,
+            holding=self.held.holding(),
+            profile=self.profiles.profile,
+        )

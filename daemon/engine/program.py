@@ -1,0 +1,545 @@
+"""Report programs: what the target receives, and when, built by pure functions.
+
+A program is a list of steps (deadline offset in ms from the program's start, role, report),
+sorted by offset. Roles are the HidOutput roles: keyboard, consumer, pointer. Nothing here does
+I/O or reads a clock, so every program can be tested report by report and deadline by deadline.
+
+Positions arrive normalized (0..1000, 0,0 top left) and become 0..32767 through
+gadget.reports.norm_to_abs, the one rounding rule. Interpolated moves are computed in normalized
+units and rounded per step, so a move ends exactly on its end point.
+
+The pointer is an absolute mouse (contact = left button held; iOS with AssistiveTouch, desktops)
+or a touchscreen (Android, contact id 0). A mouse press first moves the cursor there and waits
+`settle_ms` (iOS animates its cursor) before the button goes down; a touchscreen touches down
+where it is asked to. Every program that ends a contact or a key sends its all-up report
+`release_repeats` times, `release_interval_ms` apart (a lost release is the classic stuck key).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from daemon.config import InputConfig
+from daemon.errors import ToolError
+from gadget import keymap, reports
+from gadget.descriptors import pointer_for
+from gadget.errors import UnknownKey, UntypableCharacter
+
+# Contract defaults (shared/spec/http-tools-api.txt): swipe speed and interpolation steps, and the
+# fixed drag_start / drag_release choreography.
+SWIPE_SPEED = 2500.0  # normalized units per second
+SWIPE_STEPS = 24
+DRAG_HOLD_MS = 500.0
+DRAG_TRAVEL = 200.0
+DRAG_SPEED = 500.0
+DRAG_RELEASE_HOLD_MS = 200.0
+SCROLL_DISTANCE = 400.0
+WHEEL_UNITS_PER_TICK = 100.0  # a desktop "scroll" gesture turns the wheel once per 100 units
+SHIFT_BITS = reports.MOD_LSHIFT | reports.MOD_RSHIFT
+
+Direction = Literal["up", "down", "left", "right"]
+DIRECTIONS: dict[str, tuple[int, int]] = {
+    "up": (0, -1),
+    "down": (0, 1),
+    "left": (-1, 0),
+    "right": (1, 0),
+}
+
+
+class Step(NamedTuple):
+    at_ms: float  # deadline, ms after the program starts
+    role: str  # keyboard | consumer | pointer
+    report: bytes
+
+
+Program = list[Step]
+
+
+@dataclass(frozen=True)
+class Point:
+    """A normalized position, 0..1000 on both axes."""
+
+    x: float
+    y: float
+
+    def abs(self) -> tuple[int, int]:
+        return reports.norm_to_abs(self.x), reports.norm_to_abs(self.y)
+
+    def distance(self, other: Point) -> float:
+        return math.hypot(other.x - self.x, other.y - self.y)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"x": round(self.x, 3), "y": round(self.y, 3)}
+
+
+def invalid(path: str, message: str, code: str = "value_invalid") -> ToolError:
+    """An argument error found after the schema (cross-field rules), in the catalog's shape."""
+    return ToolError(
+        "tool_arguments_invalid",
+        f"invalid arguments: {path}: {message}",
+        details={"valid": False, "errors": [{"path": path, "code": code, "message": message}]},
+    )
+
+
+# --- pointer ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """How contacts are expressed to this target."""
+
+    kind: Literal["mouse", "touchscreen"]
+    settle_ms: float  # mouse: between moving the cursor and pressing
+
+    @staticmethod
+    def for_platform(platform: str, cfg: InputConfig) -> Pointer:
+        if pointer_for(platform).role == "touchscreen":
+            return Pointer("touchscreen", 0.0)
+        return Pointer("mouse", cfg.ios_cursor_settle_ms if platform == "ios" else 0.0)
+
+    def report(self, x: int, y: int, down: bool, wheel: int = 0, pan: int = 0) -> bytes:
+        if self.kind == "mouse":
+            return reports.mouse(reports.BUTTON_LEFT if down else 0, x, y, wheel, pan)
+        return reports.touch([reports.Contact(id=0, x=x, y=y, tip=down)])
+
+
+def pointer_held(kind: str, report: bytes) -> bool:
+    """Whether this pointer report leaves a button or contact down."""
+    if kind == "mouse":
+        return reports.unpack_mouse(report).buttons != 0
+    return any(c.tip for c in reports.unpack_touch(report))
+
+
+def pointer_release(kind: str, last: bytes | None) -> bytes:
+    """The all-up pointer report; a mouse stays where its last report put it."""
+    if kind == "touchscreen":
+        return reports.touch_release()
+    if last is None:  # nothing sent yet: the centre, where hosts usually start the cursor
+        centre = reports.norm_to_abs(500)
+        return reports.mouse_release(centre, centre)
+    m = reports.unpack_mouse(last)
+    return reports.mouse_release(m.x, m.y)
+
+
+class PointerTimeline:
+    """Builds one pointer program step by step; `t` is the running deadline offset."""
+
+    def __init__(
+        self, cfg: InputConfig, pointer: Pointer, at: Point | None = None, *, down: bool = False
+    ):
+        self.cfg = cfg
+        self.pointer = pointer
+        self.t = 0.0
+        self.at = at  # where the pointer was last sent (None: unknown)
+        self.down = down
+        self.steps: Program = []
+
+    def is_at(self, p: Point) -> bool:
+        """Whether the pointer already sits on p's absolute position."""
+        return self.at is not None and self.at.abs() == p.abs()
+
+    def _emit(self, p: Point) -> None:
+        x, y = p.abs()
+        self.steps.append(Step(self.t, "pointer", self.pointer.report(x, y, self.down)))
+        self.at = p
+
+    def wait(self, ms: float) -> PointerTimeline:
+        self.t += max(0.0, ms)
+        return self
+
+    def hover(self, p: Point) -> PointerTimeline:
+        """Move without contact (mouse only: a touchscreen has no hover)."""
+        if self.pointer.kind != "mouse":
+            raise ValueError("a touchscreen cannot move without contact")
+        self._emit(p)
+        return self
+
+    def press(self, p: Point) -> PointerTimeline:
+        if self.down:
+            raise ValueError("contact is already down")
+        if self.pointer.kind == "mouse" and not self.is_at(p):
+            self._emit(p)
+            self.wait(self.pointer.settle_ms)
+        self.down = True
+        self._emit(p)
+        return self
+
+    def move(self, p: Point, duration_ms: float = 0.0, steps: int = 1) -> PointerTimeline:
+        """Move the contact to p: `steps` reports evenly over `duration_ms`, the last at p."""
+        if not self.down:
+            raise ValueError("move needs the contact down")
+        if self.at is None:
+            raise ValueError("move needs a known start")
+        a, t0, n = self.at, self.t, max(1, steps)
+        for i in range(1, n + 1):
+            f = i / n
+            self.t = t0 + duration_ms * f
+            self._emit(Point(a.x + (p.x - a.x) * f, a.y + (p.y - a.y) * f))
+        return self
+
+    def timed_move(self, p: Point, duration_ms: float) -> PointerTimeline:
+        """A move at the configured report interval (atomic move_to, drag)."""
+        steps = max(1, math.ceil(duration_ms / self.cfg.move_interval_ms - 1e-9))
+        return self.move(p, duration_ms, steps if duration_ms > 0 else 1)
+
+    def release(self) -> PointerTimeline:
+        if not self.down or self.at is None:
+            raise ValueError("release needs the contact down")
+        self.down = False
+        for i in range(self.cfg.release_repeats):
+            if i:
+                self.wait(self.cfg.release_interval_ms)
+            self._emit(self.at)
+        return self
+
+    def wheel(self, ticks: int, horizontal: bool = False) -> PointerTimeline:
+        """Wheel (or pan) ticks, one report each, at the pointer's position (mouse only)."""
+        if self.pointer.kind != "mouse" or self.at is None:
+            raise ValueError("the wheel needs a mouse at a known position")
+        x, y = self.at.abs()
+        sign = 1 if ticks > 0 else -1
+        buttons = reports.BUTTON_LEFT if self.down else 0
+        for i in range(abs(ticks)):
+            if i:
+                self.wait(self.cfg.wheel_interval_ms)
+            wheel, pan = (0, sign) if horizontal else (sign, 0)
+            self.steps.append(Step(self.t, "pointer", reports.mouse(buttons, x, y, wheel, pan)))
+        return self
+
+
+def tap(cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None) -> Program:
+    return PointerTimeline(cfg, ptr, at).press(p).wait(cfg.tap_hold_ms).release().steps
+
+
+def double_tap(cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None) -> Program:
+    tl = PointerTimeline(cfg, ptr, at).press(p).wait(cfg.tap_hold_ms).release()
+    tl.wait(cfg.double_tap_gap_ms).press(p).wait(cfg.tap_hold_ms).release()
+    return tl.steps
+
+
+def long_press(
+    cfg: InputConfig, ptr: Pointer, p: Point, duration_ms: float | None, at: Point | None = None
+) -> Program:
+    hold = cfg.long_press_ms if duration_ms is None else duration_ms
+    return PointerTimeline(cfg, ptr, at).press(p).wait(hold).release().steps
+
+
+@dataclass(frozen=True)
+class Swipe:
+    """A resolved swipe: where it goes and how long the motion takes."""
+
+    start: Point
+    end: Point
+    duration_ms: float
+    hold_before_ms: float
+    hold_after_ms: float
+    steps: int
+
+
+def resolve_swipe(
+    start: Point,
+    *,
+    end: Point | None = None,
+    direction: str | None = None,
+    speed: float = SWIPE_SPEED,
+    duration_ms: float | None = None,
+    hold_before_ms: float = 0.0,
+    hold_after_ms: float = 0.0,
+    steps: int = SWIPE_STEPS,
+) -> Swipe:
+    """The contract's swipe rules.
+
+    start+end: duration_ms, or the distance at `speed`. start+direction: travel is
+    speed * duration_ms / 1000 when duration_ms is given, else to the edge; the travel stops at
+    the edge and takes the time it needs at `speed`.
+    """
+    if (end is None) == (direction is None):
+        raise invalid("$", "a swipe needs start plus exactly one of end or direction")
+    if speed <= 0:
+        raise invalid("$.speed", "speed must be positive")
+    if end is not None:
+        ms = duration_ms if duration_ms is not None else start.distance(end) / speed * 1000
+        return Swipe(start, end, ms, hold_before_ms, hold_after_ms, steps)
+    dx, dy = DIRECTIONS[str(direction)]
+    travel = math.inf if duration_ms is None else speed * duration_ms / 1000
+    room = (
+        (1000 - start.x if dx > 0 else start.x) if dx else (1000 - start.y if dy > 0 else start.y)
+    )
+    travel = min(travel, room)
+    stop = Point(start.x + dx * travel, start.y + dy * travel)
+    return Swipe(start, stop, travel / speed * 1000, hold_before_ms, hold_after_ms, steps)
+
+
+def swipe(cfg: InputConfig, ptr: Pointer, s: Swipe, at: Point | None = None) -> Program:
+    """Touch down, dwell (at least swipe_hold_before_ms), move in steps, dwell, lift."""
+    tl = PointerTimeline(cfg, ptr, at).press(s.start)
+    tl.wait(max(s.hold_before_ms, cfg.swipe_hold_before_ms))
+    tl.move(s.end, s.duration_ms, s.steps)
+    return tl.wait(s.hold_after_ms).release().steps
+
+
+def scroll(
+    cfg: InputConfig,
+    ptr: Pointer,
+    p: Point,
+    direction: str,
+    distance: float,
+    *,
+    use_wheel: bool,
+    at: Point | None = None,
+) -> Program:
+    """Scroll the view so content further `direction` comes into view.
+
+    With the wheel (desktops) the cursor goes to p and the wheel turns; otherwise (phones) the
+    finger drags the other way at scroll_speed and pauses before lifting, so nothing flings.
+    """
+    dx, dy = DIRECTIONS[direction]
+    if use_wheel:
+        ticks = max(1, math.ceil(distance / WHEEL_UNITS_PER_TICK - 1e-9))
+        tl = PointerTimeline(cfg, ptr, at)
+        if not tl.is_at(p):
+            tl.hover(p).wait(ptr.settle_ms)
+        # Wheel up (> 0) shows what is above; pan right (> 0) shows what is to the right.
+        sign = -dy if dy else dx
+        return tl.wheel(sign * ticks, horizontal=bool(dx)).steps
+    opposite = {"up": "down", "down": "up", "left": "right", "right": "left"}[direction]
+    s = resolve_swipe(
+        p,
+        direction=opposite,
+        speed=cfg.scroll_speed,
+        duration_ms=distance / cfg.scroll_speed * 1000,
+        hold_after_ms=cfg.scroll_hold_after_ms,
+    )
+    return swipe(cfg, ptr, s, at)
+
+
+# --- atomic actions ----------------------------------------------------------------------------
+
+
+def atomic(
+    cfg: InputConfig, ptr: Pointer, actions: Sequence[dict[str, Any]], at: Point | None = None
+) -> Program:
+    """touch_down / move_to / wait / touch_up as one contact-preserving program.
+
+    Checked whole before anything is sent: a touch_down must be closed by a touch_up, and
+    move_to / touch_up need the contact down. Coordinates must already be normalized.
+    """
+    tl = PointerTimeline(cfg, ptr, at)
+    for i, a in enumerate(actions):
+        kind, path = a["action"], f"$.actions[{i}]"
+        if kind == "touch_down":
+            if tl.down:
+                raise invalid(path, "touch_down while the contact is already down")
+            tl.press(Point(a["x"], a["y"]))
+        elif kind == "move_to":
+            if not tl.down:
+                raise invalid(path, "move_to needs a touch_down before it")
+            p = Point(a["x"], a["y"])
+            assert tl.at is not None
+            if a.get("duration_ms") is not None:
+                ms = float(a["duration_ms"])
+            elif a.get("speed") is not None:
+                ms = tl.at.distance(p) / float(a["speed"]) * 1000
+            else:
+                ms = 0.0
+            tl.timed_move(p, ms)
+        elif kind == "wait":
+            tl.wait(float(a["duration_ms"]))
+        elif kind == "touch_up":
+            if not tl.down:
+                raise invalid(path, "touch_up without a touch_down before it")
+            tl.release()
+        else:  # the schema lists the kinds; this is a guard for direct callers
+            raise invalid(path, f"unknown action {kind!r}")
+    if tl.down:
+        raise invalid("$.actions", "a program that starts touch_down must end with touch_up")
+    if not tl.steps:
+        raise invalid("$.actions", "the actions send nothing: add touch_down ... touch_up")
+    return tl.steps
+
+
+# --- drag ----------------------------------------------------------------------------------------
+
+
+def drag_away(start: Point, direction: str | None) -> Point:
+    """Where drag_start moves to: DRAG_TRAVEL units `direction`, by default toward the horizontal
+    centre (so the point stays on screen), clamped to the screen."""
+    if direction is None:
+        direction = "right" if start.x <= 500 else "left"
+    dx, dy = DIRECTIONS[direction]
+    return Point(_clamp(start.x + dx * DRAG_TRAVEL), _clamp(start.y + dy * DRAG_TRAVEL))
+
+
+def _clamp(v: float) -> float:
+    return min(max(v, 0.0), 1000.0)
+
+
+def drag_start(
+    cfg: InputConfig, ptr: Pointer, start: Point, to: Point, at: Point | None = None
+) -> Program:
+    """Press, hold 500 ms, move to `to` at 500 units/s; the contact stays down."""
+    tl = PointerTimeline(cfg, ptr, at).press(start).wait(DRAG_HOLD_MS)
+    return tl.timed_move(to, start.distance(to) / DRAG_SPEED * 1000).steps
+
+
+def drag_cancel(cfg: InputConfig, ptr: Pointer, at: Point, start: Point) -> Program:
+    """Undo a drag: move back to where it started at drag speed, then lift."""
+    tl = PointerTimeline(cfg, ptr, at, down=True)
+    return tl.timed_move(start, at.distance(start) / DRAG_SPEED * 1000).release().steps
+
+
+def drag_release(cfg: InputConfig, ptr: Pointer, at: Point, to: Point) -> Program:
+    """Move straight to the confirmed point, hold 200 ms, lift."""
+    tl = PointerTimeline(cfg, ptr, at, down=True)
+    return tl.move(to).wait(DRAG_RELEASE_HOLD_MS).release().steps
+
+
+# --- mouse only ------------------------------------------------------------------------------
+
+
+def mouse_move(cfg: InputConfig, ptr: Pointer, p: Point) -> Program:
+    return PointerTimeline(cfg, ptr).hover(p).steps
+
+
+def mouse_scroll(
+    cfg: InputConfig, ptr: Pointer, at: Point, delta: int, horizontal: bool
+) -> Program:
+    """`delta` wheel ticks (> 0 up, or right when horizontal) where the pointer is."""
+    return PointerTimeline(cfg, ptr, at).wheel(delta, horizontal).steps
+
+
+# --- keyboard and consumer -----------------------------------------------------------------------
+
+
+def resolve_keys(names: Iterable[str]) -> list[keymap.Key]:
+    """Key names to keys; an unknown one is a tool error with the closest names."""
+    out = []
+    for i, name in enumerate(names):
+        try:
+            out.append(keymap.key(name))
+        except UnknownKey as e:
+            raise ToolError(
+                "unknown_key",
+                e.message,
+                details={"path": f"$.keys[{i}]", "key": name, "suggestions": e.suggestions},
+            ) from None
+    return out
+
+
+def chord_modifiers(keys: Sequence[keymap.Key]) -> int:
+    bits = 0
+    for k in keys:
+        bits |= k.modifier
+    return bits
+
+
+def _release_tail(t: float, role: str, report: bytes, cfg: InputConfig) -> Program:
+    return [Step(t + i * cfg.release_interval_ms, role, report) for i in range(cfg.release_repeats)]
+
+
+def chord(cfg: InputConfig, keys: Sequence[keymap.Key], repeat: int = 1) -> Program:
+    """Press the keys in order, hold, release in reverse order; `repeat` times.
+
+    A lone media/system key is a consumer tap; consumer keys do not chord with others.
+    """
+    if not keys:
+        raise invalid("$.keys", "no keys given")
+    if any(k.page == "consumer" for k in keys):
+        if len(keys) > 1:
+            raise ToolError(
+                "chord_invalid",
+                f"{next(k.name for k in keys if k.page == 'consumer')} is a media/system key: "
+                "it cannot be chorded with other keys; send it alone",
+            )
+        return consumer_tap(cfg, keys[0].usage, repeat)
+    names = [k.name for k in keys]
+    if len(set(names)) != len(names):
+        raise ToolError("chord_invalid", f"a key appears twice in {names}")
+    if sum(1 for k in keys if not k.modifier) > reports.KEYBOARD_MAX_KEYS:
+        raise ToolError("chord_invalid", "a chord holds at most 6 non-modifier keys")
+    states: list[bytes] = []
+    mods, held = 0, []
+    for k in keys:
+        if k.modifier:
+            mods |= k.modifier
+        else:
+            held.append(k.usage)
+        states.append(reports.keyboard(mods, held))
+    hold = cfg.chord_hold_ms if len(keys) > 1 else cfg.key_hold_ms
+    steps: Program = []
+    t = 0.0
+    for r in range(repeat):
+        if r:
+            t += cfg.key_step_ms
+        for i, state in enumerate(states):
+            steps.append(Step(t, "keyboard", state))
+            if i < len(states) - 1:
+                t += cfg.key_step_ms
+        t += hold
+        for state in reversed(states[:-1]):
+            steps.append(Step(t, "keyboard", state))
+            t += cfg.key_step_ms
+        tail = _release_tail(t, "keyboard", reports.KEYBOARD_RELEASE, cfg)
+        steps += tail
+        t = tail[-1].at_ms
+    return steps
+
+
+def consumer_tap(cfg: InputConfig, usage: int, repeat: int = 1) -> Program:
+    steps: Program = []
+    t = 0.0
+    for r in range(repeat):
+        if r:
+            t += cfg.key_step_ms
+        steps.append(Step(t, "consumer", reports.consumer(usage)))
+        tail = _release_tail(t + cfg.key_hold_ms, "consumer", reports.CONSUMER_RELEASE, cfg)
+        steps += tail
+        t = tail[-1].at_ms
+    return steps
+
+
+def text_strokes(text: str, path: str = "$.text") -> list[tuple[int, int]]:
+    """All strokes of `text`, or a tool error naming the first character that cannot be typed
+    (checked whole, before anything is sent)."""
+    try:
+        return keymap.text_strokes(text)
+    except UntypableCharacter as e:
+        raise ToolError(
+            "untypable_character",
+            f"{e.message}; nothing was typed",
+            details={"path": path, "character": e.char, "index": e.index},
+        ) from None
+
+
+def typing(cfg: InputConfig, strokes: Sequence[tuple[int, int]]) -> Program:
+    """One press and one release per character at typing_rate_cps.
+
+    Each character's modifiers travel with its key and go up with it, so shift never leaks into
+    the next character, and a repeated character is two distinct presses.
+    """
+    period = 1000.0 / cfg.typing_rate_cps
+    steps: Program = []
+    for i, (usage, mods) in enumerate(strokes):
+        t = i * period
+        steps.append(Step(t, "keyboard", reports.keyboard(mods, [usage])))
+        steps.append(Step(t + period / 2, "keyboard", reports.KEYBOARD_RELEASE))
+    if steps:
+        last = steps[-1].at_ms
+        steps += _release_tail(last, "keyboard", reports.KEYBOARD_RELEASE, cfg)[1:]
+    return steps
+
+
+def program_modifiers(program: Sequence[Step]) -> int:
+    """The modifier bits any keyboard report of the program holds."""
+    bits = 0
+    for step in program:
+        if step.role == "keyboard":
+            bits |= step.report[0]
+    return bits
+
+
+def duration_ms(program: Sequence[Step]) -> float:
+    return program[-1].at_ms if program else 0.0

@@ -1,0 +1,381 @@
+"""The executor and the serialized HID flow: order, completeness, cleanup, isolation, drags.
+
+RecordingTarget is a recording fake of HidOutput + ProfileControl (no real target can run in a
+unit test); it keeps one timeline of writes and profile switches. Where the real simulated target
+can run (isolation actually mattering), it is used instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from daemon.catalog import CallContext, Catalog, Guard, ToolSpec
+from daemon.config import InputConfig
+from daemon.engine import program as prog
+from daemon.engine.executor import Held, execute
+from daemon.engine.flow import FULL, ISOLATED, Drag, InputEngine
+from daemon.engine.program import Point
+from daemon.errors import ToolError
+from daemon.sim.layout import make_layout
+from daemon.sim.target import SimTarget
+from gadget import keymap, reports
+from gadget.errors import TargetNotAttached
+
+FAST = InputConfig(
+    tap_hold_ms=5,
+    ios_cursor_settle_ms=5,
+    swipe_hold_before_ms=5,
+    long_press_ms=5000,
+    key_hold_ms=5,
+    chord_hold_ms=5,
+    key_step_ms=1,
+    release_interval_ms=1,
+    typing_rate_cps=500,
+    isolation_settle_ms=0,
+    drag_limit_s=60,
+)
+
+
+class RecordingTarget:
+    """Recording fake of HidOutput and ProfileControl: one ordered timeline of what arrived."""
+
+    def __init__(self, *, fail_writes: int = 0, fail_from: int = -1) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.profile = FULL
+        self.written = asyncio.Event()
+        self.fail_from = fail_from  # the write index from which `fail_writes` writes fail
+        self.fail_writes = fail_writes
+        self._n = 0
+
+    async def write(self, role: str, report: bytes) -> None:
+        n, self._n = self._n, self._n + 1
+        if self.fail_from >= 0 and self.fail_from <= n < self.fail_from + self.fail_writes:
+            raise TargetNotAttached("recording fake: not listening")
+        self.events.append(("write", role, report, time.monotonic(), self.profile))
+        self.written.set()
+
+    async def switch_profile(self, name: str) -> bool:
+        if name == self.profile:
+            return False
+        self.profile = name
+        self.events.append(("switch", name))
+        return True
+
+    def writes(self) -> list[tuple[str, bytes]]:
+        return [(e[1], e[2]) for e in self.events if e[0] == "write"]
+
+    def shape(self) -> list[str]:
+        """The timeline as runs: 'switch:<name>' and one '<role>' per run of writes."""
+        out: list[str] = []
+        for e in self.events:
+            label = f"switch:{e[1]}" if e[0] == "switch" else e[1]
+            if not out or out[-1] != label or label.startswith("switch"):
+                out.append(label)
+        return out
+
+
+def engine(
+    platform: str = "android", cfg: InputConfig = FAST, **kw: Any
+) -> tuple[InputEngine, RecordingTarget]:
+    target = RecordingTarget(**kw)
+    return InputEngine(target, target, cfg, platform), target
+
+
+# --- the executor ------------------------------------------------------------------------------
+
+
+async def test_executor_writes_every_step_in_order_never_early() -> None:
+    target = RecordingTarget()
+    s = prog.resolve_swipe(Point(100, 900), end=Point(100, 100), duration_ms=60, steps=24)
+    program = prog.swipe(FAST, prog.Pointer("touchscreen", 0), s)
+    held = Held("touchscreen")
+    t0 = await execute(target, program, held)
+    assert target.writes() == [(st.role, st.report) for st in program]
+    # Absolute deadlines: no report goes out before its deadline (a lower bound, not a timing
+    # assertion: the loop may be late on a busy machine, never early).
+    for st, ev in zip(program, target.events, strict=True):
+        assert ev[3] >= t0 + st.at_ms / 1000
+    assert held.holding() == []  # the program lifted its contact
+
+
+async def test_held_tracks_unsure_writes() -> None:
+    target = RecordingTarget(fail_writes=1, fail_from=0)
+    held = Held("mouse")
+    with pytest.raises(TargetNotAttached):
+        await execute(target, [prog.Step(0, "keyboard", reports.KEYBOARD_RELEASE)], held)
+    # Even a release whose write failed leaves the role "maybe held": release it again.
+    assert held.holding() == ["keyboard"]
+
+
+# --- cleanup: whatever ends an invocation --------------------------------------------------------
+
+
+async def long_press(eng: InputEngine) -> None:
+    async with eng.invocation("touch_gesture") as s:
+        await s.run(prog.long_press(FAST, eng.pointer, Point(300, 300), None))
+
+
+async def test_cancellation_releases_everything() -> None:
+    eng, target = engine("android")
+    task = asyncio.create_task(long_press(eng))
+    await target.written.wait()
+    assert eng.held.holding() == ["pointer"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert target.writes()[-3:] == [("pointer", reports.touch_release())] * 3
+    assert eng.held.holding() == [] and not eng.busy
+
+
+async def test_the_hid_limit_releases_everything() -> None:
+    """The catalog's server-side limit (hid_timeout_s) cancels the invocation: released."""
+    eng, target = engine("ios")
+
+    async def handler(args: dict[str, Any], ctx: CallContext) -> Any:
+        async with eng.invocation("hold") as s:
+            await s.run(prog.chord(FAST, prog.resolve_keys(["cmd", "a"])))  # isolated phase
+            await s.run(prog.long_press(FAST, eng.pointer, Point(500, 500), None))
+        return {}
+
+    catalog = Catalog(
+        "ios", [ToolSpec("hold", "", "input", "write", handler, hid=True)], hid_timeout_s=0.3
+    )
+    out = await catalog.call("hold", {}, guard=Guard.preset("full-access"), ctx=CallContext("test"))
+    assert out.error is not None and out.error.code == "tool_timeout"
+    last = reports.unpack_mouse(target.writes()[-1][1])
+    assert last.buttons == 0 and (last.x, last.y) == (16384, 16384)
+    assert eng.held.holding() == [] and target.profile == FULL
+    assert target.shape() == ["switch:keyboard-isolated", "keyboard", "switch:full", "pointer"]
+
+
+async def test_write_failure_is_a_tool_error_and_still_releases() -> None:
+    eng, target = engine("windows", fail_writes=2, fail_from=2)
+    program = prog.chord(FAST, prog.resolve_keys(["ctrl", "shift", "esc"]))
+    with pytest.raises(ToolError) as e:
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(program)
+    assert e.value.code == "target_not_attached" and e.value.retryable
+    # ctrl, ctrl+shift arrived; esc failed; the end sent the all-up report.
+    assert target.writes()[:2] == [(r.role, r.report) for r in program[:2]]
+    assert target.writes()[-1] == ("keyboard", reports.KEYBOARD_RELEASE)
+    assert eng.held.holding() == []
+
+
+async def test_a_failed_cleanup_write_does_not_hide_the_error() -> None:
+    eng, _ = engine("android", fail_writes=100, fail_from=1)
+    with pytest.raises(ToolError) as e:
+        async with eng.invocation("touch_gesture") as s:
+            await s.run(prog.tap(FAST, eng.pointer, Point(1, 1)))
+    assert e.value.code == "target_not_attached"
+    assert eng.held.holding() == [] and not eng.busy
+
+
+# --- serialization -----------------------------------------------------------------------------
+
+
+async def type_text(eng: InputEngine, text: str) -> None:
+    async with eng.invocation("keyboard_text") as s:
+        await s.run(prog.typing(FAST, prog.text_strokes(text)))
+
+
+async def tap(eng: InputEngine, p: Point) -> None:
+    async with eng.invocation("touch_gesture") as s:
+        await s.run(prog.tap(FAST, eng.pointer, p))
+
+
+def typed(writes: list[tuple[str, bytes]]) -> str:
+    by_usage = {keymap.key(c).usage: c for c in "abc"}
+    out = []
+    for role, report in writes:
+        if role == "keyboard" and (state := reports.unpack_keyboard(report)).keys:
+            out.append(by_usage[state.keys[0]])
+    return "".join(out)
+
+
+async def test_concurrent_invocations_are_serialized_never_interleaved() -> None:
+    eng, target = engine("android")
+    await asyncio.gather(
+        type_text(eng, "a" * 20),
+        tap(eng, Point(10, 10)),
+        type_text(eng, "b" * 20),
+        tap(eng, Point(20, 20)),
+        type_text(eng, "c" * 20),
+    )
+    # First come, first served, and each one whole.
+    assert typed(target.writes()) == "a" * 20 + "b" * 20 + "c" * 20
+    assert target.shape() == ["keyboard", "pointer", "keyboard", "pointer", "keyboard"]
+
+
+# --- iOS isolation -----------------------------------------------------------------------------
+
+
+def chord(*names: str) -> list[prog.Step]:
+    return prog.chord(FAST, prog.resolve_keys(list(names)))
+
+
+async def test_isolation_scope_in_one_invocation() -> None:
+    eng, target = engine("ios")
+    async with eng.invocation("composite") as s:
+        await s.run(chord("cmd", "a"))
+        await s.run(chord("cmd", "c"))  # shares the pointer-free phase
+        await s.run(prog.typing(FAST, prog.text_strokes("Hi")))  # shift only: stays
+        await s.run(chord("volume_up"))  # consumer: stays
+        await s.run(prog.tap(FAST, eng.pointer, Point(500, 500)))  # restores full first
+        await s.run(chord("cmd", "v"))
+    assert target.shape() == [
+        "switch:keyboard-isolated",
+        "keyboard",
+        "consumer",
+        "switch:full",
+        "pointer",
+        "switch:keyboard-isolated",
+        "keyboard",
+        "switch:full",
+    ]
+    for e in target.events:
+        if e[0] == "write" and e[1] == "pointer":
+            assert e[4] == FULL
+        if e[0] == "write" and e[1] == "keyboard" and e[2][0] & reports.MOD_LMETA:
+            assert e[4] == ISOLATED
+
+
+async def test_separate_invocations_manage_their_own_scope() -> None:
+    eng, target = engine("ios")
+    for _ in range(2):
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "h"))
+    assert [e[1] for e in target.events if e[0] == "switch"] == [ISOLATED, FULL, ISOLATED, FULL]
+
+
+async def test_no_isolation_off_ios_and_none_without_modifiers() -> None:
+    eng, target = engine("macos")
+    async with eng.invocation("keyboard_tap") as s:
+        await s.run(chord("cmd", "space"))
+    eng2, target2 = engine("ios")
+    async with eng2.invocation("keyboard_text") as s:
+        await s.run(prog.typing(FAST, prog.text_strokes("Hello World")))
+    assert not any(e[0] == "switch" for e in target.events + target2.events)
+
+
+async def test_cancelled_in_the_isolated_phase_restores_full() -> None:
+    eng, target = engine("ios", cfg=InputConfig(chord_hold_ms=5000, isolation_settle_ms=0))
+
+    async def hold_chord() -> None:
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "a"))
+
+    task = asyncio.create_task(hold_chord())
+    while len(target.writes()) < 2:  # cmd, cmd+a down
+        await target.written.wait()
+        target.written.clear()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert target.events[-1] == ("switch", FULL)
+    assert target.writes()[-1] == ("keyboard", reports.KEYBOARD_RELEASE)
+    assert eng.held.holding() == []
+
+
+async def test_isolation_is_what_makes_cmd_a_work_on_the_simulated_ios() -> None:
+    """The real simulated target swallows Cmd shortcuts while the pointer is present."""
+
+    async def select_all(isolate: bool) -> dict[str, Any]:
+        sim = SimTarget("ios", reenumerate_s=0.01)
+        eng = InputEngine(sim, sim, FAST, "ios")
+        eng.isolates = isolate
+        tile = make_layout("ios", 1080, 1920).tiles[0]
+        icon = tile.icon
+        async with eng.invocation("setup") as s:
+            await s.run(
+                prog.tap(FAST, eng.pointer, Point((icon.x0 + icon.x1) / 2, (icon.y0 + icon.y1) / 2))
+            )
+            await s.run(prog.tap(FAST, eng.pointer, Point(500, 140)))  # the text field
+            await s.run(prog.typing(FAST, prog.text_strokes("hello")))
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "a"))
+        state = sim.state()
+        assert state["app"] == tile.name and state["field_text"] == "hello"
+        return state
+
+    isolated = await select_all(True)
+    assert isolated["selected"] is True and isolated["swallowed"] == []
+    assert isolated["switches"] == [ISOLATED, FULL] and isolated["profile"] == FULL
+    plain = await select_all(False)
+    assert plain["selected"] is False and plain["swallowed"] == ["cmd+a"]
+
+
+# --- drags -------------------------------------------------------------------------------------
+
+
+async def start_drag(eng: InputEngine, start: Point, to: Point) -> None:
+    async with eng.invocation("drag_start", drag="start") as s:
+        await s.run(prog.drag_start(FAST, eng.pointer, start, to))
+        s.keep_contact(Drag(start, to, time.monotonic() + eng.cfg.drag_limit_s))
+
+
+async def test_a_confirmed_drag_outlives_its_invocation_until_drag_release() -> None:
+    eng, target = engine("android")
+    await start_drag(eng, Point(100, 100), Point(300, 100))
+    assert eng.held.holding() == ["pointer"] and eng.drag is not None
+    with pytest.raises(ToolError) as e:
+        await tap(eng, Point(1, 1))
+    assert e.value.code == "drag_in_progress"
+    with pytest.raises(ToolError) as e:
+        await start_drag(eng, Point(1, 1), Point(2, 2))
+    assert e.value.code == "drag_already_in_progress"
+    async with eng.invocation("drag_release", drag="release") as s:
+        await s.run(prog.drag_release(FAST, eng.pointer, Point(300, 100), Point(800, 800)))
+    assert eng.drag is None and eng.held.holding() == []
+    assert target.writes()[-1] == (
+        "pointer",
+        reports.touch([reports.Contact(0, 26214, 26214, tip=False)]),
+    )
+    with pytest.raises(ToolError) as e:
+        async with eng.invocation("drag_release", drag="release"):
+            pass
+    assert e.value.code == "drag_not_in_progress"
+
+
+async def test_a_drag_left_alone_is_undone_after_the_limit() -> None:
+    eng, target = engine(
+        "ios", cfg=InputConfig(drag_limit_s=0.05, isolation_settle_ms=0, move_interval_ms=5)
+    )
+    await start_drag(eng, Point(100, 100), Point(300, 100))
+    n = len(target.writes())
+    while eng.drag is not None or eng.busy:
+        await asyncio.sleep(0.01)
+    undo = target.writes()[n:]
+    assert reports.unpack_mouse(undo[-4][1]) == reports.MouseState(1, 3277, 3277)  # back at start
+    assert reports.unpack_mouse(undo[-1][1]) == reports.MouseState(0, 3277, 3277)
+    assert eng.held.holding() == []
+
+
+async def test_close_releases_a_drag_restores_full_and_refuses_more() -> None:
+    eng, target = engine("ios")
+    await start_drag(eng, Point(100, 100), Point(300, 100))
+    target.profile = ISOLATED  # as if a switch had been left half done
+    await eng.close()
+    assert eng.held.holding() == [] and target.profile == FULL
+    assert reports.unpack_mouse(target.writes()[-1][1]).buttons == 0
+    with pytest.raises(ToolError) as e:
+        await tap(eng, Point(1, 1))
+    assert e.value.code == "input_engine_stopped"
+
+
+async def test_after_a_switch_the_cursor_position_is_unknown() -> None:
+    eng, target = engine("ios")
+    p = Point(400, 600)
+    async with eng.invocation("composite") as s:
+        await s.run(prog.tap(FAST, eng.pointer, p, s.pointer_at))
+        assert s.pointer_at is not None and s.pointer_at.abs() == p.abs()
+        await s.run(prog.tap(FAST, eng.pointer, p, s.pointer_at))  # already there: no move
+        await s.run(chord("cmd", "a"))
+        assert s.pointer_at is None  # the host re-enumerated
+        await s.run(prog.tap(FAST, eng.pointer, p, s.pointer_at))
+    buttons = [reports.unpack_mouse(r).buttons for role, r in target.writes() if role == "pointer"]
+    # move, press, 3 lifts | press, 3 lifts | move again, press, 3 lifts
+    assert buttons == [0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0]

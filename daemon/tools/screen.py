@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.catalog import AVAILABLE, Availability, CallContext, ToolSpec, object_schema
+from daemon.catalog import (
+    AVAILABLE,
+    SCREEN_NOT_SETTLED,
+    Availability,
+    CallContext,
+    ToolSpec,
+    object_schema,
+)
 from daemon.runtime import Runtime
 
 SCREENSHOT_FIELDS: dict[str, Any] = {
@@ -116,5 +123,6 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             keywords=("settle", "idle", "stability"),
             evidence=True,
             timeout_s=65.0,
+            qualify=lambda r: SCREEN_NOT_SETTLED if r.get("stable") is False else None,
         ),
     ]

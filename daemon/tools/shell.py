@@ -229,6 +229,18 @@ async def _end(s: Session) -> None:
             await asyncio.wait_for(s.pump, 1)
 
 
+def qualify(result: Any) -> str | None:
+    """A run that timed out or output that was cut is done, but must be read with care."""
+    notes = []
+    if result.get("timed_out"):
+        notes.append(
+            "the command timed out and was killed: output is partial, exit_code is the kill's"
+        )
+    if result.get("truncated"):
+        notes.append("output was cut at [shell].max_output_bytes")
+    return "; ".join(notes) or None
+
+
 def tools(rt: Runtime) -> list[ToolSpec]:
     svc = rt.shell
 
@@ -266,5 +278,6 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             keywords=("command", "exec", "terminal"),
             # A run is bounded by its own timeout_s; the catalog's limit is a backstop above it.
             timeout_s=3700.0,
+            qualify=qualify,
         )
     ]

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from daemon.catalog import CallContext, ToolSpec, object_schema
+from daemon.catalog import SCREEN_NOT_SETTLED, CallContext, ToolSpec, object_schema
 from daemon.engine import InputEngine, Session, engine_for
 from daemon.engine import program as prog
 from daemon.engine.flow import Drag
@@ -641,6 +641,14 @@ class InputTools:
         return await self.launch("open_url", url, "$.url", {"url": url})
 
 
+def launch_qualification(result: Any) -> str:
+    """open_app/open_url always complete with a qualification: the target accepted the launch
+    request; whether the app or page is on screen is for the caller to see."""
+    note = "the launch request was accepted; check the screenshot for the app or page"
+    unsettled = SCREEN_NOT_SETTLED if result.get("screen_stable") is False else None
+    return f"{note}; {unsettled}" if unsettled else note
+
+
 def tools(rt: Runtime) -> list[ToolSpec]:
     t = InputTools(rt, engine_for(rt))
     platform = rt.platform
@@ -831,6 +839,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             ),
             example_input={"name": "Settings"},
             keywords=("launch", "start", "app"),
+            qualify=launch_qualification,
         ),
         spec(
             "open_url",
@@ -844,5 +853,6 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             ),
             example_input={"url": "https://example.com"},
             keywords=("browser", "web", "link"),
+            qualify=launch_qualification,
         ),
     ]

@@ -237,6 +237,13 @@ def test_qualified_screen_never_settled(shared: DaemonProcess) -> None:
     assert reply["type"] == "complete" and reply["document"]["stable"] is True
 
 
+def test_qualified_launch(shared: DaemonProcess) -> None:
+    reply, err = call(sock_of(shared), "open_app", {"name": "Settings"})
+    assert reply["type"] == "qualified", err
+    assert "launch request was accepted" in reply["document"]["qualification"]
+    assert shared.sim_state()["app"] == "Settings"
+
+
 def test_rejected_document(shared: DaemonProcess) -> None:
     shared.post_json("/api/sim/capture_off")
     try:

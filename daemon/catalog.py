@@ -174,6 +174,7 @@ class CallContext:
     transport: str
     client: str = ""
     started_at: float = field(default_factory=time.monotonic)
+    detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,12 @@ class Catalog:
         except ToolError as exc:
             error = exc
         except asyncio.CancelledError:
-            self._log(name, started, "cancelled", "client_gone", ctx)
+            task = ctx.detached
+            if task is not None and not task.done():
+                # The client left; the HID invocation goes on and is logged once, at its end.
+                task.add_done_callback(lambda t: self._log_detached(name, started, t, ctx))
+            else:
+                self._log(name, started, "cancelled", "client_gone", ctx)
             raise
         except Exception as exc:
             log.exception("tool_exception", tool=name)
@@ -454,6 +460,7 @@ class Catalog:
     async def _run_detached(self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext) -> Any:
         limit = spec.timeout_s or self.hid_timeout_s
         task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit))
+        ctx.detached = task
         self._detached.add(task)
         task.add_done_callback(self._detached.discard)
         # The caller may be cancelled (client gone); the task goes on to its end.
@@ -472,8 +479,27 @@ class Catalog:
             await asyncio.wait(still, timeout=5)
         return len(still)
 
+    def _log_detached(
+        self, name: str, started: float, task: asyncio.Task[Any], ctx: CallContext
+    ) -> None:
+        code = None
+        if task.cancelled():
+            code = "tool_cancelled_at_shutdown"
+        elif isinstance(exc := task.exception(), ToolError):
+            code = exc.code
+        elif exc is not None:
+            code = "tool_execution_exception"
+        outcome = "ok" if code is None else "error"
+        self._log(name, started, outcome, code, ctx, client_gone=True)
+
     def _log(
-        self, name: str, started: float, outcome: str, code: str | None, ctx: CallContext
+        self,
+        name: str,
+        started: float,
+        outcome: str,
+        code: str | None,
+        ctx: CallContext,
+        **extra: Any,
     ) -> None:
         log.info(
             "tool_invocation",
@@ -482,6 +508,7 @@ class Catalog:
             duration_ms=round((time.monotonic() - started) * 1000, 1),
             outcome=outcome,
             error_code=code,
+            **extra,
         )
 
 

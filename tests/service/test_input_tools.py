@@ -250,6 +250,26 @@ async def test_client_gone_mid_invocation_does_not_stop_it(make_daemon: Make) ->
     st = await wait_for(d, lambda s: any("long press" in e for e in s["events"]))
     assert held(st) == NOTHING_HELD and st["profile"] == "full"
 
+    # Each detached invocation is logged once, at its real end (after its evidence), not as
+    # cancelled when its client left.
+    def logged() -> list[tuple[str, str, bool | None]]:
+        return [
+            (e["tool"], e["outcome"], e.get("client_gone"))
+            for e in d.log_events()
+            if e.get("event") == "tool_invocation"
+            and e["tool"] in ("keyboard_tap", "touch_gesture")
+        ]
+
+    for _ in range(200):
+        if len(logged()) == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert logged() == [
+        ("touch_gesture", "ok", None),
+        ("keyboard_tap", "ok", True),
+        ("touch_gesture", "ok", True),
+    ]
+
 
 @pytest.mark.parametrize(
     ("tool", "args", "role"),

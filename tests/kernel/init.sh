@@ -34,6 +34,8 @@ mount -t tmpfs tmp $H/tmp
 mount -t tmpfs run $H/run
 mkdir -p $W
 mount -t 9p -o "$ninep,cache=none" work $W || echo "init: cannot mount the work folder"
+mkdir -p "$H$project" 2>/dev/null  # only possible (and only needed) under the tmpfs mounts
+mount -t 9p -o "$ninep,ro,cache=loose" project "$H$project" || echo "init: cannot mount $project"
 
 echo "init: guest up after $(cut -d' ' -f1 /proc/uptime) s, running the tests in $project"
 # Extra pytest arguments from the runner, one per line (e.g. -k, "ecm or leds").

@@ -50,6 +50,9 @@ def qemu_command(art: setup.Artifacts, work: Path) -> list[str]:
         f"fingertip.kernel_root={art.kernel.parent.parent}",
         "-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{ninep}",
         "-virtfs", f"local,path={work},mount_tag=work,{ninep}",
+        # The project on its own share, mounted at its own path inside the guest: the guest's
+        # tmpfs on /tmp would hide a clone that lives under /tmp (as CI's may).
+        "-virtfs", f"local,path={PROJECT},mount_tag=project,readonly=on,{ninep}",
     ]  # fmt: skip
 
 

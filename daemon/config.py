@@ -190,7 +190,10 @@ class InputConfig:
         750.0, _num(10, 60000), "a report not accepted this long after its deadline fails"
     )
     isolation_settle_ms: float = _key(
-        500.0, _num(0, 30000), "after a profile switch has enumerated, before the next report"
+        0.0,
+        _num(0, 30000),
+        "extra wait after a profile switch, beyond the backend's own settle (on a board the "
+        "gadget's settle_delay already waits for the target's drivers)",
     )
     profile_switch_timeout_s: float = _key(15.0, _num(0.1, 300), "limit of one profile switch")
     drag_limit_s: float = _key(

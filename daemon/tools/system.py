@@ -20,7 +20,10 @@ TEXT_ARGS = object_schema({"input": {"type": "string"}})
 def health_tool(rt: Runtime) -> ToolSpec:
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = rt.backend.frames.available()
+        board = getattr(rt.backend, "status", None)  # the board's HID roles and keyboard LEDs
+        extra = {"hid": board()} if callable(board) else {}
         return {
+            **extra,
             "ok": True,
             "version": VERSION,
             "uptime_s": round(time.monotonic() - rt.started_at, 1),
@@ -52,6 +55,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "profile": {"type": "string"},
                 "run_state": {"type": "string"},
                 "capture": {"type": "object"},
+                "hid": {"type": "object"},
             },
             required=["ok", "version"],
         ),

@@ -5,6 +5,7 @@ Shared by the HTTP API and the WebSocket endpoint (same port, same rules).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import os
@@ -84,6 +85,7 @@ def _host_name(addr: str) -> str:
         return addr
 
 
+@functools.lru_cache(maxsize=256)  # parsed on every request; clients are few
 def is_loopback(remote: str | None) -> bool:
     if not remote:
         return False

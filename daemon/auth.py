@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from daemon.config import Config
+from daemon.errors import ToolError
 
 TOKEN_FILE = "pairing-token"
 
@@ -65,6 +66,19 @@ class Auth:
                 if hmac.compare_digest(presented.encode(), token.encode()):
                     return Client(True, max_policy)
         return Client(False)
+
+    def require_token_for(self, tool: str, policy: str, client: Client, remote: str | None) -> None:
+        """The network rule of every HTTP-borne transport: write and critical tools need the
+        pairing token on anything but loopback (or on loopback too, when configured)."""
+        if policy == "read" or client.authenticated:
+            return
+        if is_loopback(remote) and not self.require_on_loopback:
+            return
+        raise ToolError(
+            "auth_required",
+            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
+            "(the pairing token in the state folder)",
+        )
 
     def host_allowed(self, host: str | None) -> bool:
         """Refuse foreign Host headers (DNS rebinding from a page on the target)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.auth import Auth, is_loopback
+from daemon.auth import Auth
 from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.transports.skill_bundle import skill_bundle
@@ -118,13 +118,7 @@ class HttpApi:
         try:
             spec = self.catalog.get(name)
             client = self.auth.client(request.headers.get("Authorization"), None)
-            remote_ok = is_loopback(request.remote) and not self.auth.require_on_loopback
-            if spec.policy != "read" and not client.authenticated and not remote_ok:
-                raise ToolError(
-                    "auth_required",
-                    f"{name} is a {spec.policy} tool: send 'Authorization: Bearer <token>' "
-                    "(the pairing token in the state folder)",
-                )
+            self.auth.require_token_for(name, spec.policy, client, request.remote)
             args, raw_input = await self._decode(request, spec)
         except ToolError as exc:
             return self._reply(spec, raw_input, None, exc, started, called_at)

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.auth import Auth, is_loopback
+from daemon.auth import Auth, Client
 from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.runtime import VERSION
@@ -257,16 +257,10 @@ class McpEndpoint:
             raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
         spec = self._model_facing(name)
         authenticated, client_max = self._client(request)
-        # The HTTP API's token rule: acting on the target needs the token off loopback.
-        loopback_ok = is_loopback(request.remote) and not self.auth.require_on_loopback
-        if spec.policy != "read" and not authenticated and not loopback_ok:
-            return error_result(
-                ToolError(
-                    "auth_required",
-                    f"{name} is a {spec.policy} tool: send 'Authorization: Bearer <token>' "
-                    "(the pairing token in the state folder)",
-                )
-            )
+        try:  # the HTTP API's token rule: acting on the target needs the token off loopback
+            self.auth.require_token_for(name, spec.policy, Client(authenticated), request.remote)
+        except ToolError as exc:
+            return error_result(exc)
         outcome = await self.catalog.call(
             name,
             args,

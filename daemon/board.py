@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -160,6 +161,7 @@ class BoardProfiles:
         changed = self.gadget.apply(build_profile(name, self.platform, settings))
         if not changed:
             return False
+        self._await_access(settings.attach_timeout)
         try:
             # Not fooled by the "configured" an unbind leaves behind (see Gadget).
             configured = self.gadget.wait_configured(settings.attach_timeout)
@@ -176,6 +178,21 @@ class BoardProfiles:
             total_s=round(time.monotonic() - start, 3),
         )
         return True
+
+    def _await_access(self, timeout: float) -> None:
+        """(thread) A rebind re-creates the /dev/hidgN nodes root-only and udev then gives them
+        the daemon's group (etc/udev/70-fingertip.rules); a daemon running as its own user
+        must not open them before that (EACCES, seen in the board VM under load)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.gadget.device_nodes().values()
+            waiting = [str(n) for n in nodes if not os.access(n, os.R_OK | os.W_OK)]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("board.nodes_not_accessible", nodes=waiting)
+                return
+            time.sleep(0.02)
 
     def _observe(self) -> tuple[str | None, dict[str, Path]]:
         """(thread) The live profile and its device nodes, as configfs and sysfs show them."""

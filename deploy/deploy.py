@@ -1,0 +1,512 @@
+"""`make deploy HOST=user@board [PORT=22]` and `make undeploy`: Fingertip onto a board over ssh.
+
+deploy: one ssh connection (ControlMaster, reused by every step), ask the board for its CPU,
+Python and C library, build the fingertip wheel and a wheelhouse of binary wheels for exactly
+that platform here (the board needs no internet, and the versions are the ones this clone's
+venv was tested with), send what the board lacks, and let deploy/board.sh install it as a new
+release next to the running one: venv, units, udev rule, network file, config only when
+missing; switch, restart, roll back when the new release does not start. Then the daemon's
+health check over the network (through the ssh connection, to the daemon's loopback port) and
+one line with the version and the address. Every step prints one line; the first failure stops
+with a clear message, and the previous version stays running.
+
+Only the standard library: it runs with the clone's venv but needs nothing from it but pip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+BUILD = PROJECT / "build" / "deploy"
+BOARD_SCRIPT = PROJECT / "deploy" / "board.sh"
+# Files of the clone every release carries in its share/ folder (board.sh installs them).
+SHARE = {
+    "fingertip.service": "systemd/fingertip.service",
+    "fingertip-gadget.service": "systemd/fingertip-gadget.service",
+    "fingertip.sysusers": "systemd/fingertip.sysusers",
+    "70-fingertip.rules": "etc/udev/70-fingertip.rules",
+    "fingertip-hidg-role": "etc/udev/fingertip-hidg-role",
+    "fingertip-link-reannounce": "systemd/fingertip-link-reannounce",
+    "80-fingertip-usb.network": "etc/network/80-fingertip-usb.network",
+    "fingertip.toml": "etc/fingertip.toml",
+    "board.sh": "deploy/board.sh",
+}
+HEALTH_TIMEOUT_S = 90.0
+MIN_PYTHON = (3, 11)
+
+
+class DeployError(Exception):
+    """One clear line for the user; the step that failed is printed before it."""
+
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BoardFacts:
+    """What `board.sh probe` reported."""
+
+    uid: int
+    systemd: bool
+    arch: str  # sysconfig's platform without "linux-": x86_64, aarch64, armv7l, ...
+    python: tuple[int, int]
+    libc: tuple[str, tuple[int, int]]  # ("glibc", (2, 36))
+    current: str | None  # release running now
+    wheels: frozenset[str] = field(default_factory=frozenset)  # already on the board
+
+
+def parse_probe(text: str) -> BoardFacts:
+    """`key=value` lines from board.sh probe; DeployError naming what the board lacks."""
+    values: dict[str, str] = {}
+    wheels: set[str] = set()
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "wheel":
+            wheels.add(value)
+        else:
+            values[key] = value
+    if values.get("systemd") != "yes":
+        raise DeployError("the board has no systemctl: Fingertip runs as a systemd service")
+    if "python" not in values:
+        raise DeployError("the board has no python3 (apt install python3 python3-venv)")
+    platform = values.get("platform", "")
+    if not platform.startswith("linux-"):
+        raise DeployError(f"the board's Python reports platform {platform!r}, not linux-*")
+    major, minor = (int(x) for x in values["python"].split(".")[:2])
+    if (major, minor) < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        raise DeployError(f"the board has Python {values['python']}; Fingertip needs {need}+")
+    libc_name, _, libc_version = values.get("libc", "").partition(" ")
+    m = re.match(r"^(\d+)\.(\d+)", libc_version)
+    if libc_name != "glibc" or m is None:
+        raise DeployError(
+            f"the board's C library is {values.get('libc') or 'unknown'}; the wheelhouse "
+            "needs glibc (manylinux wheels)"
+        )
+    return BoardFacts(
+        uid=int(values.get("uid", "-1")),
+        systemd=True,
+        arch=platform.removeprefix("linux-"),
+        python=(major, minor),
+        libc=(libc_name, (int(m.group(1)), int(m.group(2)))),
+        current=values.get("current") or None,
+        wheels=frozenset(wheels),
+    )
+
+
+# PEP 600 tags started at glibc 2.5 on x86 and 2.17 elsewhere; legacy names for old wheels.
+_LEGACY = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+
+
+def platform_tags(arch: str, glibc: tuple[int, int]) -> list[str]:
+    """Every manylinux platform tag a board with this glibc runs, newest first (pip does not
+    expand `manylinux_2_36_x86_64` to the older ones by itself)."""
+    major, newest = glibc
+    oldest = 5 if arch in ("x86_64", "i686") else 17
+    tags = []
+    for minor in range(newest, oldest - 1, -1):
+        tags.append(f"manylinux_{major}_{minor}_{arch}")
+        legacy = _LEGACY.get((major, minor))
+        if legacy is not None:
+            tags.append(f"{legacy}_{arch}")
+    return tags
+
+
+def pip_download_args(facts: BoardFacts) -> list[str]:
+    """pip download's target options: binary wheels for the board's CPython and platform."""
+    major, minor = facts.python
+    args = ["--only-binary=:all:", "--implementation", "cp"]
+    args += ["--python-version", f"{major}.{minor}", "--abi", f"cp{major}{minor}"]
+    for tag in platform_tags(facts.arch, facts.libc[1]):
+        args += ["--platform", tag]
+    return args
+
+
+def release_id(version: str, digests: Mapping[str, str]) -> str:
+    """Names a release by everything it is made of (wheels, units, rules, config template): the
+    same build deploys as the same release, which the board then skips installing."""
+    h = hashlib.sha256()
+    for name in sorted(digests):
+        h.update(f"{name}\0{digests[name]}\n".encode())
+    return f"{version}-{h.hexdigest()[:12]}"
+
+
+def wheel_content_digest(path: Path) -> str:
+    """A wheel's digest by its members, not its zip bytes (timestamps change every build)."""
+    h = hashlib.sha256()
+    with zipfile.ZipFile(path) as zf:
+        for name in sorted(zf.namelist()):
+            h.update(name.encode() + b"\0")
+            h.update(hashlib.sha256(zf.read(name)).digest())
+    return h.hexdigest()
+
+
+def wheel_version(path: Path) -> str:
+    """`1.2.3` from `name-1.2.3-py3-none-any.whl`."""
+    return path.name.split("-")[1]
+
+
+def constraints(freeze: str) -> str:
+    """`pip freeze` of this venv as constraints: the board gets the versions tested here.
+    Editable and direct-URL lines (this project itself) are not constraints."""
+    keep = [
+        line
+        for line in freeze.splitlines()
+        if "==" in line and not line.startswith(("-e", "#")) and " @ " not in line
+    ]
+    return "".join(f"{line}\n" for line in keep)
+
+
+def parse_result(text: str) -> tuple[str, int, list[str]]:
+    """(release, port, listen addresses) from board.sh's `result release=... listen=PORT A B`."""
+    for line in reversed(text.splitlines()):
+        m = re.match(r"^result release=(\S+) listen=(\d+)((?: \S+)*)$", line.strip())
+        if m:
+            return m.group(1), int(m.group(2)), m.group(3).split()
+    raise DeployError("the board did not report the installed release")
+
+
+def health_target(listen: Sequence[str]) -> str:
+    """The address the health check reaches through ssh: loopback when the daemon listens
+    there, else its first address."""
+    for addr in listen:
+        if addr in ("127.0.0.1", "::1", "localhost"):
+            return addr
+    if not listen:
+        raise DeployError("the board's config listens on no address")
+    return listen[0]
+
+
+def summary(version: str, release: str, dest: str, port: int, listen: Sequence[str]) -> str:
+    """The one line a deploy ends with."""
+    remote = [a for a in listen if a not in ("127.0.0.1", "::1", "localhost")]
+    shown = remote or list(listen)
+    urls = " ".join(f"http://{'[' + a + ']' if ':' in a else a}:{port}" for a in shown)
+    return f"fingertip {version} (release {release}) is running on {dest}: {urls}"
+
+
+# --- ssh -------------------------------------------------------------------------------------
+
+
+class Ssh:
+    """One master connection to the board; every command and forward goes through it."""
+
+    def __init__(self, host: str, port: int, config: Path | None) -> None:
+        self.host, self.port, self.config = host, port, config
+        self._dir = Path(tempfile.mkdtemp(prefix="ftd-"))  # ControlPath must be short
+        self.control = self._dir / "ctl"
+        self.sudo: list[str] = []
+
+    def _base(self) -> list[str]:
+        cmd = ["ssh"]
+        if self.config is not None:
+            cmd += ["-F", str(self.config)]
+        return [*cmd, "-p", str(self.port), "-o", f"ControlPath={self.control}"]
+
+    def open(self) -> None:
+        # -f after authentication: a password or key prompt still works on a terminal.
+        cmd = [*self._base(), "-o", "ControlMaster=yes", "-o", "ControlPersist=600"]
+        cmd += ["-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=10", "-f", "-N", self.host]
+        done = subprocess.run(cmd, stdin=None, capture_output=False, check=False)
+        if done.returncode != 0:
+            raise DeployError(
+                f"ssh {self.host} -p {self.port} failed (exit {done.returncode}); a new board? "
+                f"ssh to it once by hand to check and accept its host key"
+            )
+
+    def run(
+        self, command: Sequence[str], *, stdin: bytes | None = None, check: str | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """A command on the board (argv, quoted for the remote shell). With `check`, a
+        failure raises DeployError(check) and the command's stderr is shown."""
+        remote = " ".join(shlex.quote(c) for c in [*self.sudo, *command])
+        done = subprocess.run(
+            [*self._base(), "-o", "ControlMaster=no", self.host, remote],
+            input=stdin,
+            stdout=subprocess.PIPE,
+            stderr=None,  # the board's messages go straight to the user
+            check=False,
+        )
+        if check is not None and done.returncode != 0:
+            raise DeployError(check)
+        return done
+
+    def board_script(self, *args: str, check: str) -> str:
+        """deploy/board.sh COMMAND ARGS on the board (read from stdin: nothing to copy first)."""
+        done = self.run(["sh", "-s", "--", *args], stdin=BOARD_SCRIPT.read_bytes(), check=check)
+        out = done.stdout.decode(errors="replace")
+        for line in out.splitlines():
+            if not line.startswith("result "):
+                print(f"  {line}", flush=True)
+        return out
+
+    def stream(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
+        remote = " ".join(shlex.quote(c) for c in [*self.sudo, *command])
+        return subprocess.Popen(
+            [*self._base(), "-o", "ControlMaster=no", self.host, remote], stdin=subprocess.PIPE
+        )
+
+    @contextlib.contextmanager
+    def forward(self, addr: str, port: int) -> Iterator[Path]:
+        """A local Unix socket reaching addr:port on the board through the connection."""
+        sock = self._dir / "http"
+        spec = f"{sock}:{addr}:{port}"
+        cmd = [*self._base(), "-O", "forward", "-L", spec, self.host]
+        if subprocess.run(cmd, capture_output=True, check=False).returncode != 0:
+            raise DeployError(f"ssh could not forward to {addr}:{port} on the board")
+        try:
+            yield sock
+        finally:
+            cancel = [*self._base(), "-O", "cancel", "-L", spec, self.host]
+            subprocess.run(cancel, capture_output=True, check=False)
+            sock.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        subprocess.run([*self._base(), "-O", "exit", self.host], capture_output=True, check=False)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# --- health check ----------------------------------------------------------------------------
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, host: str, timeout: float) -> None:
+        super().__init__(host, timeout=timeout)  # `host` is only the Host header
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(str(self._path))
+        self.sock = sock
+
+
+def health_check(sock: Path, addr: str, port: int, timeout: float) -> dict[str, object]:
+    """POST /api/tools/health_check until it answers ok or `timeout` passes."""
+    host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"  # a Host the daemon accepts
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        conn = _UnixHTTPConnection(sock, host, timeout=15)
+        try:
+            body = json.dumps({"input": {}})
+            conn.request(
+                "POST", "/api/tools/health_check", body, {"Content-Type": "application/json"}
+            )
+            resp = conn.getresponse()
+            data = json.loads(resp.read())
+            if resp.status == 200 and not data.get("is_error"):
+                output = json.loads(data["output"])
+                if isinstance(output, dict) and output.get("ok") is True:
+                    return output
+            last = f"HTTP {resp.status}: {data.get('error') or data.get('output')}"
+        except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+        time.sleep(1)
+    raise DeployError(f"no healthy answer from the daemon within {timeout:.0f} s ({last})")
+
+
+# --- building here ---------------------------------------------------------------------------
+
+
+def _pip(*args: str, what: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if "is ignored" not in ln]
+        tail = "\n".join(f"    {ln}" for ln in lines[-12:])
+        raise DeployError(f"{what} failed:\n{tail}")
+
+
+def build_wheel(out: Path) -> Path:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(PROJECT), what="pip wheel")
+    (wheel,) = out.glob("fingertip-*.whl")
+    return wheel
+
+
+def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
+    """Binary wheels of everything the board runs (and pip, which installs them there)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    freeze = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pins = out.parent / "constraints.txt"
+    pins.write_text(constraints(freeze))
+    _pip(
+        "download", "--dest", str(out), "--constraint", str(pins),
+        *pip_download_args(facts), str(wheel), "pip",
+        what=f"the wheelhouse for {facts.arch} / CPython {'.'.join(map(str, facts.python))} "
+        f"(a dependency without a binary wheel for this board?)",
+    )  # fmt: skip
+    return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
+    """Stream `files` (name in the staging folder -> local path) into /opt/fingertip/incoming."""
+    proc = ssh.stream(
+        ["sh", "-c", "rm -rf /opt/fingertip/incoming && mkdir -p /opt/fingertip/incoming && "
+         "tar -xmf - -C /opt/fingertip/incoming"]
+    )  # fmt: skip
+    assert proc.stdin is not None
+    try:
+        with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
+            for name, path in sorted(files.items()):
+                info = tar.gettarinfo(str(path), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                with path.open("rb") as fh:
+                    tar.addfile(info, fh)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    if proc.wait() != 0:
+        raise DeployError("copying to the board failed (disk full? see above)")
+
+
+# --- the two commands ------------------------------------------------------------------------
+
+
+def _step(n: int, total: int, text: str) -> None:
+    print(f"deploy [{n}/{total}] {text}", flush=True)
+
+
+def _connect(args: argparse.Namespace) -> tuple[Ssh, BoardFacts]:
+    ssh = Ssh(args.host, args.port, args.ssh_config)
+    try:
+        ssh.open()
+        return ssh, _probe(ssh, args.host)
+    except BaseException:
+        ssh.close()  # no master connection left behind
+        raise
+
+
+def _probe(ssh: Ssh, host: str) -> BoardFacts:
+    probe = ssh.run(["sh", "-s", "--", "probe"], stdin=BOARD_SCRIPT.read_bytes())
+    if probe.returncode != 0:
+        raise DeployError("probing the board failed (see above)")
+    facts = parse_probe(probe.stdout.decode(errors="replace"))
+    if facts.uid != 0:
+        ssh.sudo = ["sudo", "-n"]
+        if ssh.run(["true"]).returncode != 0:
+            raise DeployError(
+                f"{host} is not root and `sudo -n` needs a password there: deploy as "
+                "root@board or allow this user passwordless sudo"
+            )
+        # Again as root: /opt/fingertip may be readable by root only.
+        probe = ssh.run(["sh", "-s", "--", "probe"], stdin=BOARD_SCRIPT.read_bytes())
+        facts = parse_probe(probe.stdout.decode(errors="replace"))
+    return facts
+
+
+def deploy(args: argparse.Namespace) -> int:
+    total = 7
+    dest = f"{args.host}:{args.port}"
+    _step(1, total, f"connecting to {dest} (one ssh connection for every step)")
+    ssh, facts = _connect(args)
+    try:
+        py = ".".join(map(str, facts.python))
+        glibc = ".".join(map(str, facts.libc[1]))
+        now = facts.current or "nothing installed"
+        _step(2, total, f"board: {facts.arch}, CPython {py}, glibc {glibc}; running {now}")
+        _step(3, total, "building the fingertip wheel")
+        wheel = build_wheel(BUILD / "dist")
+        version = wheel_version(wheel)
+        _step(4, total, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
+        wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse")
+        digests = {f"wheels/{w.name}": _sha256(w) for w in wheels}
+        digests["dist/fingertip"] = wheel_content_digest(wheel)
+        share = {f"share/{name}": PROJECT / rel for name, rel in SHARE.items()}
+        digests.update({name: _sha256(path) for name, path in share.items()})
+        release = release_id(version, digests)
+        manifest = BUILD / "manifest"
+        manifest.write_text("".join(f"{w.name}\n" for w in wheels))
+        files: dict[str, Path] = {"manifest": manifest, f"dist/{wheel.name}": wheel, **share}
+        missing = [w for w in wheels if w.name not in facts.wheels]
+        files.update({f"wheels/{w.name}": w for w in missing})
+        size = sum(p.stat().st_size for p in files.values()) / 1e6
+        _step(5, total, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
+        send(ssh, files)
+        _step(6, total, f"installing release {release} and restarting fingertip.service")
+        out = ssh.board_script(
+            "install", release, check="installing on the board failed (see above)"
+        )
+        release, port, listen = parse_result(out)
+        addr = health_target(listen)
+        _step(7, total, f"health check over the network ({addr}:{port} on the board, via ssh)")
+        with ssh.forward(addr, port) as sock:
+            try:
+                health = health_check(sock, addr, port, HEALTH_TIMEOUT_S)
+            except DeployError:
+                ssh.board_script("rollback", check="rolling back failed too (see above)")
+                raise
+        print(summary(str(health.get("version", version)), release, dest, port, listen))
+        return 0
+    finally:
+        ssh.close()
+
+
+def undeploy(args: argparse.Namespace) -> int:
+    ssh, _ = _connect(args)
+    try:
+        ssh.board_script("undeploy", check="undeploy failed on the board (see above)")
+        print(f"fingertip removed from {args.host}:{args.port}")
+        return 0
+    finally:
+        ssh.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="deploy", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("deploy", "undeploy"))
+    parser.add_argument("--host", default="", help="user@board")
+    parser.add_argument("--port", type=int, default=22)
+    parser.add_argument("--ssh-config", type=Path, help="an ssh config file (ssh -F)")
+    args = parser.parse_args(argv)
+    if not args.host:
+        print(f"{args.command}: HOST is required: make {args.command} HOST=user@board [PORT=22]")
+        return 2
+    try:
+        return deploy(args) if args.command == "deploy" else undeploy(args)
+    except DeployError as exc:
+        print(f"{args.command}: FAILED: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

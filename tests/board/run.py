@@ -1,0 +1,80 @@
+"""Board VM runner: `make board-test`, the last step of `make test`.
+
+Builds (or finds) the cached image, then runs tests/board with pytest: one QEMU boot, `make
+deploy` onto it, the five checks of issue 9. Where the tier cannot run (not root, no apt, not
+x86_64 Linux) it prints one loud SKIPPED line, or fails under CI=true, as the kernel tier
+does. Prints the deploy transcript, the sandbox's exposure score and the wall time; keeps the
+run's console log, journal, transcripts and events in test-artifacts/board/run-*/.
+Extra arguments go to pytest (BOARD_TEST_ARGS through make, e.g. "-x" or "-k 'ecm'").
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import image  # noqa: E402 (sibling modules)
+from conftest import PROJECT, new_run_folder  # noqa: E402
+
+TIMEOUT_S = float(os.environ.get("BOARD_TEST_TIMEOUT", "1500"))
+
+
+def properties(junit: Path) -> list[tuple[str, str]]:
+    if not junit.exists():
+        return []
+    root = ET.parse(junit).getroot()
+    return [(p.get("name", ""), p.get("value", "")) for p in root.iter("property")]
+
+
+def main(argv: list[str]) -> int:
+    start = time.monotonic()
+    try:
+        image.ensure()  # a first build prints its steps here, outside pytest's capture
+    except image.CannotRun as e:
+        return image.skip_or_fail(str(e))
+    run = new_run_folder()
+    junit = run / "junit.xml"
+    args = argv or shlex.split(os.environ.get("BOARD_TEST_ARGS", ""))
+    cmd = [
+        sys.executable, "-m", "pytest", str(HERE), "-v", "-p", "no:cacheprovider",
+        "-o", "junit_family=xunit1", f"--junitxml={junit}", "--durations=6", *args,
+    ]  # fmt: skip
+    print(f"board VM: {' '.join(cmd[2:])}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
+    # Ctrl-C or a SIGTERM from CI: pytest tears the VM down on an interrupt.
+    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGINT))
+    try:
+        code = proc.wait(TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"board VM: killed after {TIMEOUT_S:.0f} s", flush=True)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # QEMU dies with it (PR_SET_PDEATHSIG)
+            proc.wait()
+        code = 1
+    except KeyboardInterrupt:
+        proc.wait()
+        code = 130
+    for name in ("deploy.log", "deploy-again.log", "deploy-bad-config.log", "undeploy.log"):
+        if (run / name).exists():
+            print(f"--- {name}\n{(run / name).read_text()}", end="")
+    for name, value in properties(junit):
+        print(f"board VM measurement: {name} = {value}")
+    wall = time.monotonic() - start
+    print(f"board VM artifacts: {run.relative_to(PROJECT)}")
+    print(f"board VM wall time: {wall:.0f} s (image check, boot, deploy, checks, power off)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,231 @@
+"""One board VM: QEMU (TCG) booting the cached image, with the guest's ssh forwarded to a port
+on 127.0.0.1 only. The disk is opened with snapshot=on, so every boot starts from the clean
+image and nothing a test does survives it.
+
+`python tests/board/vm.py` boots it and waits, printing the ssh command: for poking at a board
+by hand (Ctrl-C powers it off).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import image  # the sibling module
+
+BOOT_TIMEOUT_S = 300.0  # ~35 s seen; TCG on a busy shared machine can be several times slower
+
+
+def _die_with_parent() -> None:
+    """(in the child, before exec) QEMU is killed when the process that started it dies, so
+    an interrupted test run never leaves a VM behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def qemu_command(img: image.Image, port: int, console: Path) -> list[str]:
+    return [
+        "qemu-system-x86_64",
+        "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1",
+        "-display", "none", "-no-reboot",
+        "-serial", f"file:{console}",
+        "-kernel", str(img.kernel), "-initrd", str(img.initrd),
+        "-append", "root=/dev/vda rw console=ttyS0 panic=-1",
+        "-drive", f"file={img.disk},if=virtio,format=raw,snapshot=on",
+        "-nic", f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22",
+        "-device", "virtio-rng-pci",
+    ]  # fmt: skip
+
+
+class BoardVM:
+    """A running guest and an ssh master connection to it."""
+
+    def __init__(self, img: image.Image, workdir: Path) -> None:
+        self.img = img
+        self.workdir = workdir
+        self.port = free_port()
+        self.console = workdir / "console.log"
+        self.ssh_config = workdir / "ssh_config"
+        # ssh's ControlPath must stay short (a Unix socket path): keep it out of workdir.
+        self._ctl_dir = Path(tempfile.mkdtemp(prefix="ftb-"))
+        self.ssh_config.write_text(self._ssh_config_text())
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boot_s = 0.0
+
+    def _ssh_config_text(self) -> str:
+        # What a user's ~/.ssh/config would say for a board; the host key is checked against
+        # the one recorded when the image was built (HostKeyAlias), never blindly accepted.
+        return "\n".join(
+            [
+                "Host *",
+                "  HostName 127.0.0.1",
+                f"  Port {self.port}",
+                "  User root",
+                f"  IdentityFile {self.img.key}",
+                "  IdentitiesOnly yes",
+                f"  HostKeyAlias {image.HOST_ALIAS}",
+                f"  UserKnownHostsFile {self.img.known_hosts}",
+                "  StrictHostKeyChecking yes",
+                "  BatchMode yes",
+                "  ConnectTimeout 10",
+                "  ServerAliveInterval 5",
+                "  ServerAliveCountMax 6",
+                "  LogLevel ERROR",
+                "",
+            ]
+        )
+
+    @property
+    def host(self) -> str:
+        return "root@127.0.0.1"
+
+    def ssh_base(self) -> list[str]:
+        return [
+            "ssh", "-F", str(self.ssh_config),
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={self._ctl_dir}/%C",
+            "-o", "ControlPersist=600",
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        start = time.monotonic()
+        self.proc = subprocess.Popen(
+            qemu_command(self.img, self.port, self.console),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(self.workdir / "qemu.stderr").open("wb"),
+            preexec_fn=_die_with_parent,
+        )
+        deadline = start + BOOT_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"QEMU exited ({self.proc.returncode}); see {self.console}")
+            probe = subprocess.run(
+                [*self.ssh_base(), self.host, "systemctl is-system-running --wait"],
+                capture_output=True,
+                text=True,
+                timeout=BOOT_TIMEOUT_S,
+                check=False,
+            )
+            state = probe.stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no ssh within {BOOT_TIMEOUT_S:.0f} s; see {self.console}")
+            time.sleep(2)
+        self.boot_s = time.monotonic() - start
+        if state != "running":
+            failed = self.run("systemctl --failed --no-legend", check=False).stdout
+            raise RuntimeError(f"the guest booted {state}: failed units:\n{failed}")
+
+    def run(
+        self,
+        command: str,
+        *,
+        check: bool = True,
+        timeout: float = 120.0,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """One shell command in the guest (as root)."""
+        done = subprocess.run(
+            [*self.ssh_base(), self.host, command],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"guest: {command!r} -> {done.returncode}\n{done.stdout}{done.stderr}"
+            )
+        return done
+
+    def popen(self, command: str) -> subprocess.Popen[str]:
+        """A long-running guest command whose stdout the caller reads line by line."""
+        return subprocess.Popen(
+            [*self.ssh_base(), self.host, command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def put(self, local: Path, remote: str, mode: str = "0644") -> None:
+        data = local.read_text()
+        self.run(f"cat > {shlex.quote(remote)} && chmod {mode} {shlex.quote(remote)}", input=data)
+
+    def stop(self) -> None:
+        """Power off cleanly (a few seconds), else kill; never leave QEMU behind."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                subprocess.run(
+                    [*self.ssh_base(), self.host, "systemctl poweroff"],
+                    capture_output=True,
+                    timeout=20,
+                    check=False,
+                )
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run(
+                [*self.ssh_base(), "-O", "exit", self.host],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+        for leftover in self._ctl_dir.glob("*"):
+            leftover.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self._ctl_dir.rmdir()
+
+
+@contextlib.contextmanager
+def running(img: image.Image, workdir: Path) -> Iterator[BoardVM]:
+    vm = BoardVM(img, workdir)
+    try:
+        vm.start()
+        yield vm
+    finally:
+        vm.stop()
+
+
+def main(argv: Sequence[str]) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # power off on the way out
+    img = image.ensure()
+    workdir = Path(tempfile.mkdtemp(prefix="fingertip-board-"))
+    with running(img, workdir) as vm:
+        print(f"board VM up after {vm.boot_s:.0f} s; console log {vm.console}")
+        print(f"ssh -F {vm.ssh_config} board   |   make deploy HOST=root@127.0.0.1 PORT={vm.port}")
+        print(f"(ssh config for deploy: SSH_CONFIG={vm.ssh_config}); Ctrl-C powers it off")
+        with contextlib.suppress(KeyboardInterrupt):
+            while vm.proc is not None and vm.proc.poll() is None:
+                time.sleep(1)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""deploy/deploy.py's pure parts (what the board said, which wheels fit it, release names), and
+that the wheelhouse it builds from the runtime dependencies carries everything gadget/ and
+daemon/ import. The whole deploy runs for real in the board VM test (tests/board)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import importlib.util
+import re
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fingertip_deploy", PROJECT / "deploy/deploy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+deploy = _load()
+
+PROBE = """uid=0
+systemd=yes
+platform=linux-aarch64
+python=3.11.2
+libc=glibc 2.36
+current=0.1.0-0123456789ab
+wheel=numpy-2.2.6-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl
+wheel=structlog-25.1.0-py3-none-any.whl
+"""
+
+
+def test_probe_of_a_usual_board() -> None:
+    facts = deploy.parse_probe(PROBE)
+    assert facts.arch == "aarch64"
+    assert facts.python == (3, 11)
+    assert facts.libc == ("glibc", (2, 36))
+    assert facts.current == "0.1.0-0123456789ab"
+    assert facts.uid == 0
+    assert "structlog-25.1.0-py3-none-any.whl" in facts.wheels and len(facts.wheels) == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("systemd=yes", "systemd=no"), "systemctl"),
+        (("python=3.11.2", "python=3.9.2"), "Python 3.9.2"),
+        (("libc=glibc 2.36", "libc= "), "glibc"),
+        (("libc=glibc 2.36", "libc=musl 1.2"), "glibc"),
+        (("platform=linux-aarch64", "platform=macosx-14-arm64"), "linux"),
+    ],
+)
+def test_probe_names_what_the_board_lacks(change: tuple[str, str], message: str) -> None:
+    with pytest.raises(deploy.DeployError, match=message):
+        deploy.parse_probe(PROBE.replace(*change))
+
+
+def test_probe_without_python() -> None:
+    text = "".join(line + "\n" for line in PROBE.splitlines() if not line.startswith("python="))
+    with pytest.raises(deploy.DeployError, match="no python3"):
+        deploy.parse_probe(text)
+
+
+def test_platform_tags_cover_every_older_glibc() -> None:
+    tags = deploy.platform_tags("x86_64", (2, 36))
+    assert tags[0] == "manylinux_2_36_x86_64"
+    assert tags[-2:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    assert tags.index("manylinux2014_x86_64") == tags.index("manylinux_2_17_x86_64") + 1
+    assert "manylinux2010_x86_64" in tags
+    arm = deploy.platform_tags("aarch64", (2, 31))
+    assert arm[0] == "manylinux_2_31_aarch64" and arm[-1] == "manylinux2014_aarch64"
+    assert deploy.platform_tags("armv7l", (2, 17)) == [
+        "manylinux_2_17_armv7l",
+        "manylinux2014_armv7l",
+    ]
+
+
+def test_pip_download_args_name_the_boards_interpreter() -> None:
+    args = deploy.pip_download_args(deploy.parse_probe(PROBE))
+    joined = " ".join(args)
+    assert "--only-binary=:all:" in args
+    assert "--python-version 3.11" in joined and "--abi cp311" in joined
+    assert "--implementation cp" in joined
+    assert "--platform manylinux_2_36_aarch64" in joined
+    assert "x86_64" not in joined
+
+
+def test_constraints_pin_what_was_tested_but_not_the_project() -> None:
+    freeze = (
+        "aiohttp==3.9.5\n-e git+https://x/y#egg=fingertip\nfoo @ file:///tmp/foo\npip==23.2.1\n"
+    )
+    assert deploy.constraints(freeze) == "aiohttp==3.9.5\npip==23.2.1\n"
+
+
+def test_release_id_follows_the_content() -> None:
+    digests = {"wheels/a.whl": "1", "share/fingertip.service": "2"}
+    rid = deploy.release_id("0.1.0", digests)
+    assert re.fullmatch(r"0\.1\.0-[0-9a-f]{12}", rid)
+    assert deploy.release_id("0.1.0", dict(reversed(list(digests.items())))) == rid
+    assert deploy.release_id("0.1.0", {**digests, "share/fingertip.service": "3"}) != rid
+    assert deploy.release_id("0.2.0", digests).startswith("0.2.0-")
+
+
+def _wheel(path: Path, files: dict[str, bytes], when: tuple[int, ...]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=when), data)  # type: ignore[arg-type]
+    return path
+
+
+def test_wheel_digest_ignores_build_timestamps(tmp_path: Path) -> None:
+    files = {"daemon/x.py": b"x = 1\n", "fingertip-0.1.0.dist-info/RECORD": b"r"}
+    a = _wheel(tmp_path / "a.whl", files, (2020, 1, 1, 0, 0, 0))
+    b = _wheel(tmp_path / "b.whl", dict(reversed(list(files.items()))), (2024, 5, 5, 5, 5, 6))
+    c = _wheel(tmp_path / "c.whl", {**files, "daemon/x.py": b"x = 2\n"}, (2020, 1, 1, 0, 0, 0))
+    assert deploy.wheel_content_digest(a) == deploy.wheel_content_digest(b)
+    assert deploy.wheel_content_digest(a) != deploy.wheel_content_digest(c)
+    assert deploy.wheel_version(Path("fingertip-0.1.0-py3-none-any.whl")) == "0.1.0"
+
+
+def test_result_line_and_summary() -> None:
+    out = "board: restarting\nresult release=0.1.0-abc listen=8080 127.0.0.1 192.168.42.1\n"
+    release, port, listen = deploy.parse_result(out)
+    assert (release, port, listen) == ("0.1.0-abc", 8080, ["127.0.0.1", "192.168.42.1"])
+    assert deploy.health_target(listen) == "127.0.0.1"
+    assert deploy.health_target(["192.168.42.1"]) == "192.168.42.1"
+    line = deploy.summary("0.1.0", release, "root@board:22", port, listen)
+    assert line == (
+        "fingertip 0.1.0 (release 0.1.0-abc) is running on root@board:22: http://192.168.42.1:8080"
+    )
+    assert deploy.summary("0.1.0", "r", "h:22", 8080, ["::1"]).endswith("http://[::1]:8080")
+    with pytest.raises(deploy.DeployError):
+        deploy.parse_result("board: FAILED\n")
+
+
+def _runtime_closure() -> set[str]:
+    """Distributions `pip install fingertip` brings (no extras), as the board gets them."""
+    env = {"extra": ""}
+    todo, seen = ["fingertip"], set()
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in md.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate(env):
+                todo.append(req.name)
+    return seen
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level modules a file imports, except under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_everything_the_code_imports_ships_to_the_board() -> None:
+    closure = _runtime_closure()
+    owners = md.packages_distributions()
+    missing = {}
+    for package in ("gadget", "daemon"):
+        for path in sorted((PROJECT / package).rglob("*.py")):
+            for module in _imports(path) - set(sys.stdlib_module_names) - {"gadget", "daemon"}:
+                dists = {canonicalize_name(d) for d in owners.get(module, [module])}
+                if not dists & closure:
+                    missing[f"{path.relative_to(PROJECT)}: {module}"] = sorted(dists)
+    assert missing == {}, "imported but not a runtime dependency in pyproject.toml"

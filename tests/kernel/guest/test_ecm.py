@@ -4,6 +4,7 @@ the guest, so the two ends are two hosts; link-local addresses, and the guest ha
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -33,13 +34,22 @@ def test_ecm_link_carries_a_ping(board: Board, netns: str) -> None:
     with open(f"/sys/class/net/{target_if}/address") as f:
         assert f.read().strip() == board.settings.host_mac
 
-    sh("ip", "addr", "add", f"{BOARD_IP}/24", "dev", board_if)
-    sh("ip", "link", "set", board_if, "up")
+    # The target's side first: cdc_ether learns the carrier from the gadget's connect
+    # notification, sent when the board's interface opens; the host polls for it only while
+    # its own interface is up, so bringing the board's side up last never loses it.
     sh("ip", "link", "set", target_if, "netns", netns)
     sh("ip", "-n", netns, "addr", "add", f"{TARGET_IP}/24", "dev", target_if)
     sh("ip", "-n", netns, "link", "set", target_if, "up")
+    sh("ip", "addr", "add", f"{BOARD_IP}/24", "dev", board_if)
+    sh("ip", "link", "set", board_if, "up")
     # -w: keep trying (ARP, carrier) until one reply or 20 s; event-driven, not a sleep.
-    out = sh("ip", "netns", "exec", netns, "busybox", "ping", "-c", "1", "-w", "20", BOARD_IP)
-    assert "1 packets received" in out
+    done = subprocess.run(
+        ["ip", "netns", "exec", netns, "busybox", "ping", "-c", "1", "-w", "20", BOARD_IP],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    state = sh("ip", "-n", netns, "addr") + sh("ip", "addr", "show", board_if)
+    assert "1 packets received" in done.stdout, f"{done.stdout}{done.stderr}\n{state}"
     out = sh("busybox", "ping", "-c", "1", "-w", "20", TARGET_IP)
     assert "1 packets received" in out

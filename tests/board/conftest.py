@@ -126,6 +126,12 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
         print(f"\nboard VM: ssh up after {vm.boot_s:.0f} s (port {vm.port})", flush=True)
         for name in ("phone-link.sh", "phone.py", "recorder.py"):
             vm.put(HERE / "guest" / name, f"/root/{name}", "0755")
+        # The ECM function's notifications in the journal: what the link did, when it fails.
+        vm.run(
+            'for f in f_ecm.c u_ether.c; do echo "file $f +p" '
+            "> /sys/kernel/debug/dynamic_debug/control; done",
+            check=False,
+        )
         try:
             yield vm
         finally:

@@ -46,8 +46,19 @@ def phone(board: BoardVM, *args: str, timeout: float = 300.0) -> dict[str, Any]:
     return dict(json.loads(out[-1]))
 
 
-def tool_output(answer: dict[str, Any]) -> Any:
+def link_state(board: BoardVM) -> str:
+    """Both ends of the USB network link, for failure messages."""
+    return board.run(
+        "ip -br addr show usb0; ip -n phone -br link; ip -n phone -br addr; "
+        "dmesg | grep -E 'ecm|cdc_ether|notify' | tail -12",
+        check=False,
+    ).stdout
+
+
+def tool_output(answer: dict[str, Any], board: BoardVM | None = None) -> Any:
     """The tool's result from an HTTP answer that must be a success."""
+    if answer.get("status") != 200 and board is not None:
+        raise AssertionError(f"{answer}\nlink state:\n{link_state(board)}")
     assert answer.get("status") == 200, answer
     body = answer["body"]
     assert body["is_error"] is False, body.get("error")
@@ -57,7 +68,7 @@ def tool_output(answer: dict[str, Any]) -> Any:
 def health(board: BoardVM) -> dict[str, Any]:
     """health_check from the phone, retried while its link (re)appears."""
     answer = phone(board, "call", "health_check", "--retry-until", str(LINK_S))
-    return dict(tool_output(answer))
+    return dict(tool_output(answer, board))
 
 
 def opened(lines: list[dict[str, Any]], product: str) -> set[str]:
@@ -216,7 +227,7 @@ def test_3_tools_api_over_usb_ecm(
     board: BoardVM, deployed: dict[str, Any], recorder: GuestStream
 ) -> None:
     answer = phone(board, "get", "/api/tools", "--retry-until", str(LINK_S))
-    assert answer.get("status") == 200, answer
+    assert answer.get("status") == 200, f"{answer}\n{link_state(board)}"
     names = {t["name"] for t in answer["body"]["tools"]}
     assert {"health_check", "screenshot", "touch_gesture", "keyboard_tap"} <= names
 

@@ -13,6 +13,7 @@ ip netns add $NS 2>/dev/null || true
 ip -n $NS link set lo up
 
 adopt() {
+    udevadm settle --timeout=10 # let udev finish with a new interface (its rename) first
     for n in /sys/class/net/*; do
         driver=$(readlink -f "$n/device/driver" 2>/dev/null) || continue
         [ "${driver##*/}" = cdc_ether ] || continue

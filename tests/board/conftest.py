@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,14 @@ class GuestStream:
         self._log.close()
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # pytest then tears the session down: the VM powers off
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(signal.SIGTERM, _interrupted)  # a CI job cancelled, run.py's time limit
+
+
 def new_run_folder() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in sorted(ARTIFACTS.glob("run-*"))[:-KEEP_RUNS]:
@@ -126,11 +135,11 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
         print(f"\nboard VM: ssh up after {vm.boot_s:.0f} s (port {vm.port})", flush=True)
         for name in ("phone-link.sh", "phone.py", "recorder.py"):
             vm.put(HERE / "guest" / name, f"/root/{name}", "0755")
-        # The ECM function's notifications in the journal: what the link did, when it fails.
+        # The ECM function's debug lines (its notifications) in the journal, for when the
+        # link fails; the modules load when the gadget first comes up, hence module options.
         vm.run(
-            'for f in f_ecm.c u_ether.c; do echo "file $f +p" '
-            "> /sys/kernel/debug/dynamic_debug/control; done",
-            check=False,
+            "printf 'options usb_f_ecm dyndbg=+p\\noptions u_ether dyndbg=+p\\n' "
+            "> /etc/modprobe.d/fingertip-board-test.conf"
         )
         try:
             yield vm

@@ -49,13 +49,13 @@ def main(argv: list[str]) -> int:
     ]  # fmt: skip
     print(f"board VM: {' '.join(cmd[2:])}", flush=True)
     proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
-    # Ctrl-C or a SIGTERM from CI: pytest tears the VM down on an interrupt.
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGINT))
+    # A SIGTERM from CI: pytest (conftest) turns it into an interrupt and tears the VM down.
+    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
     try:
         code = proc.wait(TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        print(f"board VM: killed after {TIMEOUT_S:.0f} s", flush=True)
-        proc.send_signal(signal.SIGINT)
+        print(f"board VM: stopped after {TIMEOUT_S:.0f} s", flush=True)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -65,9 +65,15 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         proc.wait()
         code = 130
-    for name in ("deploy.log", "deploy-again.log", "deploy-bad-config.log", "undeploy.log"):
+    transcripts = {
+        "deploy.log": "the first deploy",
+        "deploy-again.log": "the same deploy again (idempotent)",
+        "deploy-bad-config.log": "a deploy with a broken config on the board: must stop",
+        "undeploy.log": "undeploy",
+    }
+    for name, what in transcripts.items():
         if (run / name).exists():
-            print(f"--- {name}\n{(run / name).read_text()}", end="")
+            print(f"--- {name} ({what})\n{(run / name).read_text()}", end="")
     for name, value in properties(junit):
         print(f"board VM measurement: {name} = {value}")
     wall = time.monotonic() - start

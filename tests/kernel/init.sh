@@ -34,8 +34,11 @@ mount -t tmpfs tmp $H/tmp
 mount -t tmpfs run $H/run
 mkdir -p $W
 mount -t 9p -o "$ninep,cache=none" work $W || echo "init: cannot mount the work folder"
-mkdir -p "$H$project" 2>/dev/null  # only possible (and only needed) under the tmpfs mounts
+# The project and the kernel root at their own paths (a tmpfs above may hide them otherwise);
+# mkdir is only possible, and only needed, under the tmpfs mounts.
+mkdir -p "$H$project" "$H$kernel_root" 2>/dev/null
 mount -t 9p -o "$ninep,ro,cache=loose" project "$H$project" || echo "init: cannot mount $project"
+mount -t 9p -o "$ninep,ro,cache=loose" kernel "$H$kernel_root" || echo "init: cannot mount $kernel_root"
 
 echo "init: guest up after $(cut -d' ' -f1 /proc/uptime) s, running the tests in $project"
 # Extra pytest arguments from the runner, one per line (e.g. -k, "ecm or leds").

@@ -50,9 +50,11 @@ def qemu_command(art: setup.Artifacts, work: Path) -> list[str]:
         f"fingertip.kernel_root={art.kernel.parent.parent}",
         "-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{ninep}",
         "-virtfs", f"local,path={work},mount_tag=work,{ninep}",
-        # The project on its own share, mounted at its own path inside the guest: the guest's
-        # tmpfs on /tmp would hide a clone that lives under /tmp (as CI's may).
+        # The project and the unpacked kernel on shares of their own, mounted at their own
+        # paths inside the guest: the guest's tmpfs on /tmp would hide a clone or a cache
+        # (HOME) that lives under /tmp, as CI's may.
         "-virtfs", f"local,path={PROJECT},mount_tag=project,readonly=on,{ninep}",
+        "-virtfs", f"local,path={art.kernel.parent.parent},mount_tag=kernel,readonly=on,{ninep}",
     ]  # fmt: skip
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import structlog
@@ -28,13 +30,32 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         structlog.processors.StackInfoRenderer(),
     ]
     if as_json:
-        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        processors += [
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=_OneEncoder()),
+        ]
     else:
         processors.append(structlog.dev.ConsoleRenderer())
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        # One write (and flush) per line: print() writes the newline separately, a second
+        # system call per line when the stream is unbuffered (PYTHONUNBUFFERED, journald).
+        logger_factory=structlog.WriteLoggerFactory(out),
         # Loggers are bound once configured: the per-call cost matters on every tool call.
         cache_logger_on_first_use=True,
     )
+
+
+class _OneEncoder:
+    """json.dumps as JSONRenderer calls it (always with the same options, its `default`
+    fallback among them), but with the encoder built once: dumps builds a new one per call
+    whenever it is given options, and a tool call logs one line."""
+
+    def __init__(self) -> None:
+        self._encode: Callable[[Any], str] | None = None
+
+    def __call__(self, obj: Any, **options: Any) -> str:
+        if self._encode is None:
+            self._encode = json.JSONEncoder(**options).encode
+        return self._encode(obj)

@@ -18,20 +18,27 @@ TEXT_ARGS = object_schema({"input": {"type": "string"}})
 
 
 def health_tool(rt: Runtime) -> ToolSpec:
+    # Fixed for the daemon's life (a frozen config, backend parts built once): looked up here
+    # once, not on every call.
+    board = getattr(rt.backend, "status", None)  # the board's HID roles and keyboard LEDs
+    board_status = board if callable(board) else None
+    frames, profiles, run_state = rt.backend.frames, rt.backend.profiles, rt.run_state
+    device_type, backend = rt.config.device.device_type, rt.config.backend.kind
+    platform = rt.platform
+
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
-        capture_ok, capture_reason = rt.backend.frames.available()
-        board = getattr(rt.backend, "status", None)  # the board's HID roles and keyboard LEDs
-        extra = {"hid": board()} if callable(board) else {}
+        capture_ok, capture_reason = frames.available()
+        extra = {"hid": board_status()} if board_status is not None else {}
         return {
             **extra,
             "ok": True,
             "version": VERSION,
             "uptime_s": round(time.monotonic() - rt.started_at, 1),
-            "device_type": rt.config.device.device_type,
-            "platform": rt.platform,
-            "backend": rt.config.backend.kind,
-            "profile": rt.backend.profiles.profile,
-            "run_state": rt.run_state.state,
+            "device_type": device_type,
+            "platform": platform,
+            "backend": backend,
+            "profile": profiles.profile,
+            "run_state": run_state.state,
             "capture": {"available": capture_ok, "reason": capture_reason},
         }
 

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from daemon.auth import Auth
-from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
+from daemon.catalog import Availability, CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.transports.skill_bundle import skill_bundle
 
@@ -43,11 +43,12 @@ STATUS = {
 
 
 def iso_utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
-    """The HTTP catalog entry of one tool."""
+def definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
+    """The fixed part of a tool's HTTP catalog entry: everything but its runtime state."""
     out: dict[str, Any] = {
         "name": spec.name,
         "category": spec.category,
@@ -60,16 +61,32 @@ def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
     }
     if spec.platforms is not None:
         out["platforms"] = sorted(spec.platforms)
-    avail = catalog.availability(spec)
-    if not avail.available:
-        out["runtime"] = avail.runtime()
     return out
+
+
+def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
+    """The HTTP catalog entry of one tool."""
+    return _with_runtime(definition(spec, catalog), catalog.availability(spec))
+
+
+def _with_runtime(entry: dict[str, Any], avail: Availability) -> dict[str, Any]:
+    if not avail.available:
+        entry["runtime"] = avail.runtime()
+    return entry
+
+
+# Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
 
 
 def output_text(result: Any) -> str:
     if isinstance(result, str):
         return result
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return _dumps(result)
 
 
 class HttpApi:
@@ -78,6 +95,8 @@ class HttpApi:
         self.max_body_bytes = max_body_bytes
         self.auth = auth
         self.guard = guard
+        # The JSON text of each tool's definition(), encoded once: every reply carries it.
+        self._definitions: dict[str, tuple[ToolSpec, str]] = {}
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -197,7 +216,6 @@ class HttpApi:
         called_at: float,
     ) -> web.Response:
         body: dict[str, Any] = {
-            "tool": project(spec, self.catalog) if spec else None,
             "raw_input": raw_input or "",
             "output": output_text(error.to_dict() if error else result),
             "is_error": error is not None,
@@ -207,11 +225,20 @@ class HttpApi:
         if error is not None:
             body["error"] = error.to_dict()
         status = STATUS.get(error.code, 200) if error else 200
-        return web.json_response(body, status=status, dumps=_dumps)
+        # The tool entry leads the body; its definition is spliced in already encoded.
+        text = '{"tool":' + self._tool_json(spec) + "," + _dumps(body)[1:]
+        return web.json_response(text=text, status=status)
 
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    def _tool_json(self, spec: ToolSpec | None) -> str:
+        if spec is None:
+            return "null"
+        avail = self.catalog.availability(spec)
+        if not avail.available:
+            return _dumps(_with_runtime(definition(spec, self.catalog), avail))
+        hit = self._definitions.get(spec.name)
+        if hit is None or hit[0] is not spec:
+            hit = self._definitions[spec.name] = (spec, _dumps(definition(spec, self.catalog)))
+        return hit[1]
 
 
 def _payload_error(message: str) -> ToolError:

@@ -19,7 +19,6 @@ the heartbeat interval, 1001 the daemon is stopping. Everything else is answered
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -298,9 +297,11 @@ class WsTransport:
         except ToolError as exc:
             tool_id = payload.get("toolId")
             return failure(tool_id if isinstance(tool_id, str) and tool_id else None, exc)
-        spec: ToolSpec | None = None
-        with contextlib.suppress(ToolError):
+        spec: ToolSpec | None
+        try:
             spec = self.catalog.get(req.tool_id)
+        except ToolError:
+            spec = None
         if spec is not None and spec.exposure != "agent":
             return failure(
                 req.tool_id, ToolError("tool_not_found", f"no tool named {req.tool_id!r}")
@@ -467,24 +468,30 @@ class Session:
             )
             await self.reply(env.id, env.session_id, ERROR, busy.to_dict())
             return True
-        task = asyncio.create_task(self.handle(env))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(asyncio.create_task(self.handle(env)))  # handle() takes it out again
         return True
 
     async def handle(self, env: Envelope) -> None:
-        transfers: list[Transfer] = []
+        """One request in its task of its own. The task leaves `tasks` as handle() ends, not
+        in a done callback, whose scheduling costs every request one more loop iteration."""
         try:
-            kind, payload, transfers = await self.transport.dispatch(env, self)
-        except ToolError as exc:
-            kind, payload = ERROR, exc.to_dict()
-        except Exception as exc:
-            log.exception("ws_request_failed", type=env.type)
-            kind = ERROR
-            payload = ToolError("tool_execution_exception", f"{env.type} failed: {exc!r}").to_dict()
-        if await self.reply(env.id, env.session_id, kind, payload):
-            for transfer in transfers:  # announced by the reply: they follow it
-                await self.send_transfer(transfer)
+            transfers: list[Transfer] = []
+            try:
+                kind, payload, transfers = await self.transport.dispatch(env, self)
+            except ToolError as exc:
+                kind, payload = ERROR, exc.to_dict()
+            except Exception as exc:
+                log.exception("ws_request_failed", type=env.type)
+                kind = ERROR
+                error = ToolError("tool_execution_exception", f"{env.type} failed: {exc!r}")
+                payload = error.to_dict()
+            if await self.reply(env.id, env.session_id, kind, payload):
+                for transfer in transfers:  # announced by the reply: they follow it
+                    await self.send_transfer(transfer)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self.tasks.discard(task)
 
     async def reply(
         self, request_id: str | None, session_id: str | None, kind: str, payload: dict[str, Any]

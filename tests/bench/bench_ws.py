@@ -3,7 +3,8 @@
 Both servers run as their own processes on loopback and are driven by the same aiohttp client,
 in alternating rounds so machine noise hits both alike:
   - tool.call of health_check against the real daemon (simulated target) vs the same text
-    sent to a bare aiohttp WebSocket echo server (target <= 1.3x),
+    sent to a bare aiohttp WebSocket echo server (target <= 1.3x), and, printed in addition as
+    a reference, vs an echo that json.loads and json.dumps every message,
   - one tool.batch of 32 health_check calls vs 32 single tool.calls one after another.
 Run: .venv/bin/python tests/bench/bench_ws.py
 """
@@ -27,6 +28,7 @@ ROUNDS, N = 15, 200
 BATCH_ROUNDS, BATCH_N = 15, 10
 
 ECHO_SERVER = """
+import json
 import sys
 from aiohttp import web
 
@@ -37,8 +39,15 @@ async def echo(request):
         await ws.send_str(msg.data)
     return ws
 
+async def json_echo(request):
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for msg in ws:
+        await ws.send_str(json.dumps(json.loads(msg.data)))
+    return ws
+
 app = web.Application()
-app.add_routes([web.get("/ws", echo)])
+app.add_routes([web.get("/ws", echo), web.get("/json", json_echo)])
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print("up", flush=True))
 """
 
@@ -76,6 +85,7 @@ async def run(daemon: DaemonProcess, echo_port: int) -> None:
         aiohttp.ClientSession() as session,
         session.ws_connect(f"{daemon.base}/api/ws", headers=headers) as tool_ws,
         session.ws_connect(f"http://127.0.0.1:{echo_port}/ws") as echo_ws,
+        session.ws_connect(f"http://127.0.0.1:{echo_port}/json") as json_ws,
     ):
         reply = await round_trip(tool_ws, CALL)
         assert isinstance(reply, dict) and reply["type"] == "tool.result", reply
@@ -85,6 +95,15 @@ async def run(daemon: DaemonProcess, echo_port: int) -> None:
         print(f"medians of {ROUNDS} alternating rounds of {N} round trips (loopback)")
         print(f"  bare aiohttp WS echo             {echo:7.3f} ms  baseline")
         print(f"  tool.call health_check           {call:7.3f} ms  {ratio:6.2f}x  (target <= 1.3x)")
+        # A second reference, printed in addition: the least any JSON protocol server does per
+        # message (parse it, serialize an answer), so the ratio above can be read against it.
+        echo, call, ratio = await paired(
+            lambda: round_trip(json_ws, CALL), lambda: round_trip(tool_ws, CALL), ROUNDS, N
+        )
+        print(f"  WS echo with json.loads+dumps    {echo:7.3f} ms  reference")
+        print(
+            f"  tool.call health_check           {call:7.3f} ms  {ratio:6.2f}x  (vs the JSON echo)"
+        )
         echo, bare, ratio = await paired(
             lambda: round_trip(echo_ws, UNKNOWN), lambda: round_trip(tool_ws, UNKNOWN), ROUNDS, N
         )

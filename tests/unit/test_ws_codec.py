@@ -98,6 +98,50 @@ def test_envelope_round_trip_in_contract_field_order(
     assert env.payload == payload
 
 
+@given(
+    kind=ids,
+    message_id=ids,
+    reply_to=opt_text,
+    session_id=opt_text,
+    sent_at=st.text(),
+    payload=json_values,
+)
+def test_envelope_is_the_compact_serialization_of_the_ordered_object(
+    kind: str,
+    message_id: str,
+    reply_to: str | None,
+    session_id: str | None,
+    sent_at: str,
+    payload: Any,
+) -> None:
+    obj: dict[str, Any] = {"type": kind, "id": message_id}
+    if reply_to is not None:
+        obj["replyTo"] = reply_to
+    if session_id is not None:
+        obj["sessionId"] = session_id
+    obj.update(sentAt=sent_at, capability="tool.exec", payload=payload)
+    text = c.encode_envelope(kind, message_id, reply_to, session_id, sent_at, c.dumps(payload))
+    assert text == json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+@given(json_values)
+def test_strict_loads_reads_text_and_bytes_alike(value: Any) -> None:
+    text = json.dumps(value, ensure_ascii=False)
+    assert c.loads_strict(text) == c.loads_strict(text.encode("utf-16")) == value
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a":-Infinity}'])
+def test_strict_loads_refuses_non_json_constants(text: str) -> None:
+    for value in (text, text.encode()):
+        with pytest.raises(ValueError, match="is not JSON"):
+            c.loads_strict(value)
+
+
+def test_strict_loads_refuses_a_byte_order_mark_by_name() -> None:
+    with pytest.raises(ValueError, match="BOM"):
+        c.loads_strict('\ufeff{"a":1}')
+
+
 @given(st.text())
 def test_any_text_decodes_or_fails_with_a_protocol_outcome(text: str) -> None:
     with contextlib.suppress(c.FrameViolation, c.InvalidEnvelope):

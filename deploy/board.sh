@@ -23,6 +23,7 @@ UNIT_DIR=/etc/systemd/system
 UDEV_RULE=/etc/udev/rules.d/70-fingertip.rules
 UDEV_HELPER=/usr/local/libexec/fingertip-hidg-role
 LINK_HELPER=/usr/local/libexec/fingertip-link-reannounce
+COMMANDS="fingertip fingertip-gadget" # on PATH, through current: always the running release
 NETWORK=/etc/systemd/network/80-fingertip-usb.network
 SYSUSERS=/etc/sysusers.d/fingertip.conf
 
@@ -124,6 +125,7 @@ install_system_files() {
     install -D -m 0644 "$share/70-fingertip.rules" $UDEV_RULE
     install -D -m 0644 "$share/80-fingertip-usb.network" $NETWORK
     for unit in $UNITS; do install -m 0644 "$share/$unit" $UNIT_DIR/$unit; done
+    for cmd in $COMMANDS; do ln -sfn $BASE/current/bin/$cmd /usr/local/bin/$cmd; done
     systemctl daemon-reload
     if command -v udevadm >/dev/null 2>&1; then
         udevadm control --reload
@@ -249,6 +251,7 @@ undeploy() {
     fi
     for unit in $UNITS; do rm -f $UNIT_DIR/$unit; done
     rm -f $UDEV_RULE $UDEV_HELPER $LINK_HELPER $NETWORK
+    for cmd in $COMMANDS; do rm -f /usr/local/bin/$cmd; done
     command -v systemctl >/dev/null 2>&1 && systemctl daemon-reload
     command -v udevadm >/dev/null 2>&1 && udevadm control --reload
     systemctl is-active --quiet systemd-networkd 2>/dev/null && networkctl reload 2>/dev/null

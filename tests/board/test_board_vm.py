@@ -207,6 +207,11 @@ def test_2_service_active_and_gadget_enumerated(
         node = f"/dev/fingertip/{role}"
         out = board.run(f"readlink -f {node} && stat -L -c '%G %a' {node}").stdout.split()
         assert re.fullmatch(r"/dev/hidg\d+", out[0]) and out[1:] == ["fingertip", "660"], out
+    # The CLI is on root's PATH and talks to the daemon over the local socket; the gadget
+    # tool shows the live profile.
+    catalog = json.loads(board.run("fingertip catalog").stdout)
+    assert catalog["type"] == "catalog" and "keyboard_tap" in json.dumps(catalog["catalog"])
+    assert json.loads(board.run("fingertip-gadget status").stdout)["profile"] == "full"
     verify = board.run(
         "systemd-analyze verify /etc/systemd/system/fingertip.service "
         "/etc/systemd/system/fingertip-gadget.service 2>&1",
@@ -366,7 +371,8 @@ def test_6_make_undeploy_removes_it_and_keeps_the_config(
     gone = (
         "/opt/fingertip /etc/systemd/system/fingertip.service "
         "/etc/systemd/system/fingertip-gadget.service /etc/udev/rules.d/70-fingertip.rules "
-        "/etc/systemd/network/80-fingertip-usb.network /sys/kernel/config/usb_gadget/fingertip"
+        "/etc/systemd/network/80-fingertip-usb.network /sys/kernel/config/usb_gadget/fingertip "
+        "/usr/local/bin/fingertip /usr/local/bin/fingertip-gadget"
     )
     left = board.run(f"for p in {gone}; do [ -e $p ] && echo $p; done; true").stdout.split()
     assert left == []

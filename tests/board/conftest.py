@@ -163,6 +163,10 @@ def recorder(board: board_vm.BoardVM, workdir: Path) -> Iterator[GuestStream]:
 def phone_link(board: board_vm.BoardVM, workdir: Path) -> Iterator[GuestStream]:
     """The phone's end of the USB network link, adopted whenever it (re)appears."""
     stream = GuestStream(board.popen("exec /root/phone-link.sh"), workdir / "phone-link.log", False)
-    stream.wait_for(lambda lines: "phone-link: ready" in lines, "the phone's link keeper", 60)
+    stream.wait_for(
+        lambda lines: any(x.startswith("phone-link: ready") for x in lines),
+        "the phone's link keeper",
+        60,
+    )
     yield stream
     stream.close()

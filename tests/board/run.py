@@ -76,6 +76,9 @@ def main(argv: list[str]) -> int:
             print(f"--- {name} ({what})\n{(run / name).read_text()}", end="")
     for name, value in properties(junit):
         print(f"board VM measurement: {name} = {value}")
+    if (run / "phone-link.log").exists():  # see guest/phone-link.sh: watch_carrier
+        rebinds = (run / "phone-link.log").read_text().count("rebinding cdc_ether")
+        print(f"board VM measurement: phone driver rebinds for a lost carrier = {rebinds}")
     wall = time.monotonic() - start
     print(f"board VM artifacts: {run.relative_to(PROJECT)}")
     print(f"board VM wall time: {wall:.0f} s (image check, boot, deploy, checks, power off)")

@@ -133,6 +133,17 @@ def platform_tags(arch: str, glibc: tuple[int, int]) -> list[str]:
     return tags
 
 
+def wheelhouse_hint(arch: str) -> str:
+    """The likely reason a wheelhouse cannot be built, for the error message."""
+    if arch.startswith("armv"):
+        # Checked on PyPI (2026-11): no armv7l wheels of numpy, opencv-python-headless, msgpack.
+        return (
+            f"PyPI has no {arch} wheels of numpy, opencv-python-headless and msgpack: "
+            "32-bit ARM boards need a 64-bit (aarch64) OS for make deploy"
+        )
+    return "a dependency without a binary wheel for this board?"
+
+
 def pip_download_args(facts: BoardFacts) -> list[str]:
     """pip download's target options: binary wheels for the board's CPython and platform."""
     major, minor = facts.python
@@ -365,7 +376,7 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
         "download", "--dest", str(out), "--constraint", str(pins),
         *pip_download_args(facts), str(wheel), "pip",
         what=f"the wheelhouse for {facts.arch} / CPython {'.'.join(map(str, facts.python))} "
-        f"(a dependency without a binary wheel for this board?)",
+        f"({wheelhouse_hint(facts.arch)})",
     )  # fmt: skip
     return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
 

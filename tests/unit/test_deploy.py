@@ -190,3 +190,9 @@ def test_everything_the_code_imports_ships_to_the_board() -> None:
                 if not dists & closure:
                     missing[f"{path.relative_to(PROJECT)}: {module}"] = sorted(dists)
     assert missing == {}, "imported but not a runtime dependency in pyproject.toml"
+
+
+def test_a_32_bit_arm_board_is_told_why_its_wheelhouse_fails() -> None:
+    assert "aarch64" in deploy.wheelhouse_hint("armv7l")
+    assert "numpy" in deploy.wheelhouse_hint("armv6l")
+    assert "numpy" not in deploy.wheelhouse_hint("aarch64")

@@ -41,16 +41,11 @@ GUEST_PACKAGES = (
 )  # fmt: skip
 # The board's hardware stand-ins: a UDC whose host side is this kernel, and a capture device.
 GUEST_MODULES = ("dummy_hcd", "libcomposite", "vivid")
-VIVID_OPTIONS = "n_devs=1 node_types=0x1"  # as in the kernel tier: one capture node
 # Timers that would compete with the test for the one emulated CPU.
 MASKED_UNITS = (
     "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
     "systemd-tmpfiles-clean.timer",
 )  # fmt: skip
-
-
-class CannotRun(Exception):
-    """This machine cannot build or boot the board VM; the message says why in one line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +70,8 @@ def _kernel_tier() -> ModuleType:
 
 
 kernel_tier = _kernel_tier()
+# This machine cannot build or boot the board VM (the kernel tier's reasons, and the build's).
+CannotRun = kernel_tier.CannotRun
 
 
 def _say(msg: str) -> None:
@@ -87,28 +84,6 @@ def _run(*cmd: str, env: dict[str, str] | None = None) -> str:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{tail}")
     return done.stdout
-
-
-def preflight() -> None:
-    try:
-        kernel_tier.preflight()
-    except kernel_tier.CannotRun as e:
-        raise CannotRun(str(e)) from None
-
-
-def ensure_host_packages() -> None:
-    missing = [p for p in HOST_PACKAGES if not kernel_tier._installed(p)]
-    if not missing:
-        return
-    _say(f"installing {' '.join(missing)}")
-    kernel_tier._apt_update()
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
 
 
 def debian_mirrors(texts: list[str]) -> tuple[str, str]:
@@ -141,9 +116,15 @@ def _apt_source_texts() -> list[str]:
     return [f.read_text(errors="replace") for f in files if f.is_file()]
 
 
+def vivid_options() -> str:
+    """As in the kernel tier: one instance with only a capture node."""
+    return str(kernel_tier.MODULE_PARAMS["vivid"])
+
+
 def recipe_key(kernel_pkg: str) -> str:
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(kernel_pkg.encode())
+    h.update(vivid_options().encode())
     return h.hexdigest()[:16]
 
 
@@ -251,12 +232,12 @@ def configure(root: Path, home: Path) -> None:
     wired = "[Match]\nDriver=virtio_net\n\n[Network]\nDHCP=yes\n"
     _write(root, "/etc/systemd/network/20-wired.network", wired)
     _write(root, "/etc/modules-load.d/fingertip-board.conf", "\n".join(GUEST_MODULES) + "\n")
-    _write(root, "/etc/modprobe.d/fingertip-board.conf", f"options vivid {VIVID_OPTIONS}\n")
+    _write(root, "/etc/modprobe.d/fingertip-board.conf", f"options vivid {vivid_options()}\n")
 
 
 def ensure() -> Image:
     """The cached image for the current recipe, built when missing."""
-    preflight()
+    kernel_tier.preflight()
     CACHE.mkdir(parents=True, exist_ok=True)
     with (CACHE / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs take turns
@@ -276,7 +257,7 @@ def _image(home: Path) -> Image:
 
 def _ensure_locked() -> Image:
     kernel_tier.ensure_packages()
-    ensure_host_packages()
+    kernel_tier.ensure_packages(HOST_PACKAGES)
     try:
         kernel_pkg = kernel_tier.kernel_package()
     except RuntimeError:
@@ -315,11 +296,7 @@ def main() -> int:
 
 
 def skip_or_fail(reason: str) -> int:
-    """The one loud line when the board VM cannot run; a failure under CI=true."""
-    ci = os.environ.get("CI", "").lower() == "true"
-    verdict = "FAILED (CI=true requires it)" if ci else "SKIPPED"
-    print(f"!!!!! BOARD VM TEST {verdict}: {reason} !!!!!", flush=True)
-    return 1 if ci else 0
+    return int(kernel_tier.skip_or_fail(reason, "BOARD VM TEST"))
 
 
 if __name__ == "__main__":

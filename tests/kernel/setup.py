@@ -95,8 +95,9 @@ def _installed(package: str) -> bool:
     return "install ok installed" in status.stdout
 
 
-def ensure_packages() -> None:
-    missing = [p for p in APT_PACKAGES if not _installed(p)]
+def ensure_packages(packages: tuple[str, ...] = APT_PACKAGES) -> None:
+    """apt-get install whichever of `packages` are missing (the board VM's too)."""
+    missing = [p for p in packages if not _installed(p)]
     if not missing:
         return
     _say(f"installing {' '.join(missing)}")
@@ -258,11 +259,11 @@ def _ensure_locked() -> Artifacts:
     return Artifacts(kver=kver, kernel=kernel, initrd=initrd)
 
 
-def skip_or_fail(reason: str) -> int:
-    """The one loud line when the tier cannot run; a failure under CI=true."""
+def skip_or_fail(reason: str, tier: str = "KERNEL TIER") -> int:
+    """The one loud line when a VM tier cannot run; a failure under CI=true."""
     ci = os.environ.get("CI", "").lower() == "true"
     verdict = "FAILED (CI=true requires it)" if ci else "SKIPPED"
-    print(f"!!!!! KERNEL TIER {verdict}: {reason} !!!!!", flush=True)
+    print(f"!!!!! {tier} {verdict}: {reason} !!!!!", flush=True)
     return 1 if ci else 0
 
 

@@ -234,7 +234,9 @@ def _compiled(schema: dict[str, Any]) -> tuple[_Check | None, jsonschema.Draft20
     return hit[1], hit[2]
 
 
-def _schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
+def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
+    """`value`'s errors against `schema` as [{path, code, message}] (empty when valid), so a
+    transport reports bad protocol payloads with the same codes as bad tool arguments."""
     fast, validator = _compiled(schema)
     if fast is not None:
         try:
@@ -255,20 +257,19 @@ def _schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     return out
 
 
-def validation_error(errors: list[dict[str, str]], what: str = "arguments") -> ToolError:
+def validation_error(
+    errors: list[dict[str, str]], what: str = "arguments", code: str | None = None
+) -> ToolError:
+    """Schema errors as one ToolError: the first in the message, all in details. The code
+    follows `what` (tool arguments or result) unless a transport names its own."""
     first = errors[0]
-    code = "tool_arguments_invalid" if what == "arguments" else "tool_result_schema_invalid"
+    if code is None:
+        code = "tool_arguments_invalid" if what == "arguments" else "tool_result_schema_invalid"
     return ToolError(
         code,
         f"invalid {what}: {first['path']}: {first['message']}",
         details={"valid": False, "errors": errors},
     )
-
-
-def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
-    """`value`'s errors against `schema` as [{path, code, message}] (empty when valid), so a
-    transport reports bad protocol payloads with the same codes as bad tool arguments."""
-    return _schema_errors(schema, value)
 
 
 class Catalog:
@@ -382,7 +383,7 @@ class Catalog:
     def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
         if spec.precheck is not None:
             spec.precheck(args)
-        errors = _schema_errors(self.args_schema(spec), args)
+        errors = schema_errors(self.args_schema(spec), args)
         if errors:
             raise validation_error(errors)
 
@@ -440,7 +441,7 @@ class Catalog:
             result = await self._run_with_limit(
                 spec, args, ctx, spec.timeout_s or self.tool_timeout_s
             )
-        errors = _schema_errors(spec.result_schema, result)
+        errors = schema_errors(spec.result_schema, result)
         if errors:
             log.error("tool_result_invalid", tool=spec.name, errors=errors)
             raise validation_error(errors, "result")

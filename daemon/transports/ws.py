@@ -145,14 +145,6 @@ def failure(tool_id: str | None, error: ToolError) -> Outcome:
     return Outcome(item)
 
 
-def _payload_error(code: str, what: str, errors: list[dict[str, str]]) -> ToolError:
-    return ToolError(
-        code,
-        f"invalid {what}: {errors[0]['path']}: {errors[0]['message']}",
-        details={"valid": False, "errors": errors},
-    )
-
-
 class WsTransport:
     """The /api/ws endpoint and every live host session."""
 
@@ -263,7 +255,7 @@ class WsTransport:
         if p.keys() - {"toolId", "arguments"}:
             errors = schema_errors(self.call_schema, p)
             if errors:
-                raise _payload_error("tool_call_payload_invalid", "tool.call payload", errors)
+                raise validation_error(errors, "tool.call payload", "tool_call_payload_invalid")
         after = None
         if "after" in p:
             a = p["after"]

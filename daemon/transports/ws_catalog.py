@@ -20,6 +20,7 @@ from daemon.catalog import (
     ToolSpec,
     schema_errors,
     sha256_revision,
+    validation_error,
 )
 from daemon.errors import ToolError
 from daemon.transports.http import iso_utc
@@ -247,11 +248,7 @@ def parse_query(payload: Any) -> Query:
     p = {k: v for k, v in payload.items() if v is not None}
     errors = schema_errors(QUERY_SCHEMA, p)
     if errors:
-        raise ToolError(
-            INVALID_REQUEST,
-            f"invalid tool.query payload: {errors[0]['path']}: {errors[0]['message']}",
-            details={"valid": False, "errors": errors},
-        )
+        raise validation_error(errors, "tool.query payload", INVALID_REQUEST)
     limit = p.get("limit", p.get("maxResults", MAX_RESULTS))
     return Query(
         detail=p.get("detail", "full"),

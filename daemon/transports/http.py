@@ -140,7 +140,8 @@ class HttpApi:
             self.auth.require_token_for(name, spec.policy, client, request.remote)
             args, raw_input = await self._decode(request, spec)
         except ToolError as exc:
-            return self._reply(spec, raw_input, None, exc, started, called_at)
+            ms = int((time.monotonic() - started) * 1000)
+            return self._respond(spec, raw_input, None, exc, ms, called_at)
         outcome = await self.catalog.call(
             name,
             args,
@@ -193,18 +194,6 @@ class HttpApi:
         return self._respond(
             spec, raw_input, outcome.result, outcome.error, outcome.duration_ms, outcome.called_at
         )
-
-    def _reply(
-        self,
-        spec: ToolSpec | None,
-        raw_input: str | None,
-        result: Any,
-        error: ToolError | None,
-        started: float,
-        called_at: float,
-    ) -> web.Response:
-        ms = int((time.monotonic() - started) * 1000)
-        return self._respond(spec, raw_input, result, error, ms, called_at)
 
     def _respond(
         self,

@@ -25,6 +25,7 @@ from daemon.auth import Auth, Client
 from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.runtime import VERSION
+from daemon.transports.ws_codec import IMAGE_TYPES, is_artifact
 
 log = structlog.get_logger("daemon.transports.mcp")
 
@@ -36,14 +37,16 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-IMAGE_MIME = {"jpeg": "image/jpeg", "png": "image/png"}
-
 INSTRUCTIONS = (
     "Fingertip is the USB keyboard, touchscreen or mouse of a phone or computer (the target) "
     "and sees its screen. Look first (screenshot), then act. Coordinates are normalized 0-1000 "
     "on both axes. Input tools return a post-action screenshot: inspect it instead of taking "
     "another one."
 )
+
+
+# Built once: json.dumps with options builds a new encoder on every call (every reply).
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 class RpcError(Exception):
@@ -75,13 +78,14 @@ def tool_annotations(spec: ToolSpec) -> dict[str, Any]:
 def evidence_image(spec: ToolSpec, result: Any) -> tuple[Any, dict[str, Any] | None]:
     """Split a screenshot out of an evidence result: (result without its base64 data, the MCP
     image item). Models take images natively; base64 inside text only wastes their context."""
-    if not (spec.evidence and isinstance(result, dict)):
-        return result, None
-    data, fmt = result.get("data"), result.get("format")
-    if not isinstance(data, str) or fmt not in IMAGE_MIME:
+    if not (spec.evidence and is_artifact(result)):
         return result, None
     rest = {k: v for k, v in result.items() if k != "data"}
-    return rest, {"type": "image", "data": data, "mimeType": IMAGE_MIME[fmt]}
+    return rest, {
+        "type": "image",
+        "data": result["data"],
+        "mimeType": IMAGE_TYPES[result["format"]],
+    }
 
 
 def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
@@ -114,7 +118,7 @@ def tool_definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
 
 
 def _text(value: Any) -> dict[str, Any]:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else _ENCODER.encode(value)
     return {"type": "text", "text": text}
 
 
@@ -242,12 +246,11 @@ class McpEndpoint:
             return await self.call(params, request)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
-    def _client(self, request: web.Request) -> tuple[bool, str | None]:
-        client = self.auth.client(request.headers.get("Authorization"), None)
-        return client.authenticated, client.max_policy
+    def _client(self, request: web.Request) -> Client:
+        return self.auth.client(request.headers.get("Authorization"), None)
 
     def _guard(self, request: web.Request) -> Guard:
-        return self.guard.lowered(self._client(request)[1])
+        return self.guard.lowered(self._client(request).max_policy)
 
     async def call(self, params: dict[str, Any], request: web.Request) -> dict[str, Any]:
         name, args = params.get("name"), params.get("arguments", {})
@@ -256,15 +259,15 @@ class McpEndpoint:
         if not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
         spec = self._model_facing(name)
-        authenticated, client_max = self._client(request)
+        client = self._client(request)
         try:  # the HTTP API's token rule: acting on the target needs the token off loopback
-            self.auth.require_token_for(name, spec.policy, Client(authenticated), request.remote)
+            self.auth.require_token_for(name, spec.policy, client, request.remote)
         except ToolError as exc:
             return error_result(exc)
         outcome = await self.catalog.call(
             name,
             args,
-            guard=self.guard.lowered(client_max),
+            guard=self.guard.lowered(client.max_policy),
             ctx=CallContext("mcp", client=request.remote or ""),
         )
         return call_result(outcome)
@@ -292,6 +295,4 @@ def _rpc_reply(
         body["error"] = error.to_dict()
     else:
         body["result"] = result
-    return web.json_response(
-        body, status=status, headers=headers, dumps=lambda v: json.dumps(v, ensure_ascii=False)
-    )
+    return web.json_response(body, status=status, headers=headers, dumps=_ENCODER.encode)

@@ -20,6 +20,7 @@ import pytest
 
 from daemon.transports import ws_codec
 from tests.service.daemonproc import DaemonProcess
+from tests.unit.test_ws_catalog import FULL_REPLY_KEYS
 
 Make = Callable[..., DaemonProcess]
 ENVELOPE_ORDER = ["type", "id", "replyTo", "sessionId", "sentAt", "capability", "payload"]
@@ -202,16 +203,7 @@ async def test_foreign_origin_is_refused(daemon: DaemonProcess) -> None:
 async def test_query_details(daemon: DaemonProcess) -> None:
     async with connect(daemon) as host:
         full = await host.query()
-        assert list(full) == [
-            "schema",
-            "revision",
-            "tools",
-            "count",
-            "availabilityRevision",
-            "evaluatedAtUtc",
-            "totalCount",
-            "categories",
-        ]
+        assert list(full) == FULL_REPLY_KEYS
         assert full["schema"] == "ansight.tool-catalog.v3"
         ids = [t["id"] for t in full["tools"]]
         assert ids == sorted(ids) and {"health_check", "screenshot", "shell"} <= set(ids)

@@ -14,6 +14,18 @@ from daemon.transports import ws_catalog as wc
 
 NOW = 1_790_000_000.25
 FULL = Guard.preset("full-access")
+# A full tool.catalog reply's members, in the contract's order (the service test checks the
+# daemon's own reply against the same list).
+FULL_REPLY_KEYS = [
+    "schema",
+    "revision",
+    "tools",
+    "count",
+    "availabilityRevision",
+    "evaluatedAtUtc",
+    "totalCount",
+    "categories",
+]
 
 
 async def _noop(args: dict[str, Any], ctx: CallContext) -> Any:
@@ -87,16 +99,7 @@ def test_visible_tools_follow_guard_and_exposure() -> None:
 
 def test_full_reply_shape_and_defaults() -> None:
     out = reply(build())
-    assert list(out) == [
-        "schema",
-        "revision",
-        "tools",
-        "count",
-        "availabilityRevision",
-        "evaluatedAtUtc",
-        "totalCount",
-        "categories",
-    ]
+    assert list(out) == FULL_REPLY_KEYS
     assert out["schema"] == "ansight.tool-catalog.v3"
     assert out["evaluatedAtUtc"] == "2026-09-21T14:13:20.250Z"
     assert out["count"] == out["totalCount"] == 5

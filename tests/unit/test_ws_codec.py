@@ -8,6 +8,7 @@ import gzip
 import json
 import tracemalloc
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -63,7 +64,28 @@ def reason_of(wrapper: Any, max_bytes: int = 1 << 20) -> str:
 # -- envelope -------------------------------------------------------------------------------
 
 
-@given(
+@dataclass(frozen=True)
+class EnvelopeFields:
+    kind: str
+    message_id: str
+    reply_to: str | None
+    session_id: str | None
+    sent_at: str
+    payload: Any
+
+    def encode(self) -> str:
+        return c.encode_envelope(
+            self.kind,
+            self.message_id,
+            self.reply_to,
+            self.session_id,
+            self.sent_at,
+            c.dumps(self.payload),
+        )
+
+
+envelope_fields = st.builds(
+    EnvelopeFields,
     kind=ids,
     message_id=ids,
     reply_to=opt_text,
@@ -71,57 +93,38 @@ def reason_of(wrapper: Any, max_bytes: int = 1 << 20) -> str:
     sent_at=st.text(),
     payload=json_values,
 )
-def test_envelope_round_trip_in_contract_field_order(
-    kind: str,
-    message_id: str,
-    reply_to: str | None,
-    session_id: str | None,
-    sent_at: str,
-    payload: Any,
-) -> None:
-    text = c.encode_envelope(kind, message_id, reply_to, session_id, sent_at, c.dumps(payload))
+
+
+@given(envelope_fields)
+def test_envelope_round_trip_in_contract_field_order(f: EnvelopeFields) -> None:
+    text = f.encode()
     keys = list(json.loads(text))
     order = ["type", "id", "replyTo", "sessionId", "sentAt", "capability", "payload"]
     assert keys == [k for k in order if k in keys]
-    assert ("replyTo" in keys) == (reply_to is not None)
-    assert ("sessionId" in keys) == (session_id is not None)
+    assert ("replyTo" in keys) == (f.reply_to is not None)
+    assert ("sessionId" in keys) == (f.session_id is not None)
     env = c.decode_envelope(text)
     assert env is not None
     assert (env.type, env.id, env.reply_to, env.session_id, env.sent_at) == (
-        kind,
-        message_id,
-        reply_to,
-        session_id,
-        sent_at,
+        f.kind,
+        f.message_id,
+        f.reply_to,
+        f.session_id,
+        f.sent_at,
     )
     assert env.capability == "tool.exec"
-    assert env.payload == payload
+    assert env.payload == f.payload
 
 
-@given(
-    kind=ids,
-    message_id=ids,
-    reply_to=opt_text,
-    session_id=opt_text,
-    sent_at=st.text(),
-    payload=json_values,
-)
-def test_envelope_is_the_compact_serialization_of_the_ordered_object(
-    kind: str,
-    message_id: str,
-    reply_to: str | None,
-    session_id: str | None,
-    sent_at: str,
-    payload: Any,
-) -> None:
-    obj: dict[str, Any] = {"type": kind, "id": message_id}
-    if reply_to is not None:
-        obj["replyTo"] = reply_to
-    if session_id is not None:
-        obj["sessionId"] = session_id
-    obj.update(sentAt=sent_at, capability="tool.exec", payload=payload)
-    text = c.encode_envelope(kind, message_id, reply_to, session_id, sent_at, c.dumps(payload))
-    assert text == json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+@given(envelope_fields)
+def test_envelope_is_the_compact_serialization_of_the_ordered_object(f: EnvelopeFields) -> None:
+    obj: dict[str, Any] = {"type": f.kind, "id": f.message_id}
+    if f.reply_to is not None:
+        obj["replyTo"] = f.reply_to
+    if f.session_id is not None:
+        obj["sessionId"] = f.session_id
+    obj.update(sentAt=f.sent_at, capability="tool.exec", payload=f.payload)
+    assert f.encode() == json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 @given(json_values)

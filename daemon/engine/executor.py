@@ -40,9 +40,7 @@ class Held:
             return False
         if role == "pointer":
             return pointer_held(self.pointer_kind, report)
-        if role == "keyboard":
-            return report != reports.KEYBOARD_RELEASE
-        return report != reports.CONSUMER_RELEASE
+        return report != reports.release_report(role)
 
     def holding(self) -> list[str]:
         return [role for role in ("keyboard", "consumer", "pointer") if self.is_held(role)]
@@ -50,7 +48,7 @@ class Held:
     def release_report(self, role: str) -> bytes:
         if role == "pointer":
             return pointer_release(self.pointer_kind, self.last.get("pointer"))
-        return reports.KEYBOARD_RELEASE if role == "keyboard" else reports.CONSUMER_RELEASE
+        return reports.release_report(role)
 
     def forget(self) -> None:
         """The host re-enumerated: it let go of everything, and where its cursor is now is

@@ -103,10 +103,11 @@ class Session:
             await self.engine.use_profile(want, self)
         await self.engine.play(program)
 
-    def keep_contact(self, drag: Drag) -> None:
-        """drag_start confirmed: the contact outlives this invocation."""
+    def keep_contact(self, start: Point, at: Point) -> None:
+        """drag_start confirmed: the contact outlives this invocation, for `drag_limit_s`."""
         self._keep_contact = True
-        self.engine.begin_drag(drag)
+        engine = self.engine
+        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s))
 
     async def finish(self) -> None:
         """Release whatever may be held and restore `full`; idempotent. The invocation's end

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from daemon.catalog import validation_error
 from daemon.config import InputConfig
 from daemon.errors import ToolError
 from gadget import keymap, reports
@@ -77,11 +78,30 @@ class Point:
 
 def invalid(path: str, message: str, code: str = "value_invalid") -> ToolError:
     """An argument error found after the schema (cross-field rules), in the catalog's shape."""
-    return ToolError(
-        "tool_arguments_invalid",
-        f"invalid arguments: {path}: {message}",
-        details={"valid": False, "errors": [{"path": path, "code": code, "message": message}]},
-    )
+    return validation_error([{"path": path, "code": code, "message": message}])
+
+
+def normalize(x: float, y: float, path: str, size: tuple[int, int] | None = None) -> Point:
+    """A tool's coordinates as a normalized Point: already normalized (checked against 1000),
+    or pixels of a `size` (width, height) capture, checked against its edges and scaled."""
+    if size is not None:
+        w, h = size
+        for value, limit, axis in ((x, w - 1, "x"), (y, h - 1, "y")):
+            if value > limit:
+                raise invalid(
+                    f"{path}.{axis}",
+                    f"{value:g} is outside the capture's 0..{limit} pixels",
+                    "maximum_invalid",
+                )
+        return Point(x * 1000 / max(1, w - 1), y * 1000 / max(1, h - 1))
+    for value, axis in ((x, "x"), (y, "y")):
+        if value > 1000:
+            raise invalid(
+                f"{path}.{axis}",
+                f"{value:g} is greater than the maximum of 1000",
+                "maximum_invalid",
+            )
+    return Point(x, y)
 
 
 # --- pointer ------------------------------------------------------------------------------------
@@ -429,11 +449,18 @@ def resolve_keys(names: Iterable[str]) -> list[keymap.Key]:
     return out
 
 
-def chord_modifiers(keys: Sequence[keymap.Key]) -> int:
-    bits = 0
+def chord_states(keys: Sequence[keymap.Key]) -> list[bytes]:
+    """The keyboard report after each key of a chord goes down, in order; releasing in reverse
+    walks them back (then all-up)."""
+    states: list[bytes] = []
+    mods, held = 0, []
     for k in keys:
-        bits |= k.modifier
-    return bits
+        if k.modifier:
+            mods |= k.modifier
+        else:
+            held.append(k.usage)
+        states.append(reports.keyboard(mods, held))
+    return states
 
 
 def _release_tail(t: float, role: str, report: bytes, cfg: InputConfig) -> Program:
@@ -460,14 +487,7 @@ def chord(cfg: InputConfig, keys: Sequence[keymap.Key], repeat: int = 1) -> Prog
         raise ToolError("chord_invalid", f"a key appears twice in {names}")
     if sum(1 for k in keys if not k.modifier) > reports.KEYBOARD_MAX_KEYS:
         raise ToolError("chord_invalid", "a chord holds at most 6 non-modifier keys")
-    states: list[bytes] = []
-    mods, held = 0, []
-    for k in keys:
-        if k.modifier:
-            mods |= k.modifier
-        else:
-            held.append(k.usage)
-        states.append(reports.keyboard(mods, held))
+    states = chord_states(keys)
     hold = cfg.chord_hold_ms if len(keys) > 1 else cfg.key_hold_ms
     steps: Program = []
     t = 0.0

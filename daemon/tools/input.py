@@ -12,7 +12,6 @@ invocation so the screenshot shows this action and not the next caller's.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +20,6 @@ import structlog
 from daemon.catalog import SCREEN_NOT_SETTLED, CallContext, ToolSpec, object_schema
 from daemon.engine import InputEngine, Session, engine_for
 from daemon.engine import program as prog
-from daemon.engine.flow import Drag
 from daemon.engine.program import Point, Program, invalid
 from daemon.errors import ToolError
 from daemon.frames import Frame
@@ -340,25 +338,8 @@ class InputTools:
         return self._size
 
     async def point(self, raw: dict[str, Any], path: str, space: str) -> Point:
-        x, y = float(raw["x"]), float(raw["y"])
-        if space == "pixel":
-            w, h = await self.capture_size()
-            for value, limit, axis in ((x, w - 1, "x"), (y, h - 1, "y")):
-                if value > limit:
-                    raise invalid(
-                        f"{path}.{axis}",
-                        f"{value:g} is outside the capture's 0..{limit} pixels",
-                        "maximum_invalid",
-                    )
-            return Point(x * 1000 / max(1, w - 1), y * 1000 / max(1, h - 1))
-        for value, axis in ((x, "x"), (y, "y")):
-            if value > 1000:
-                raise invalid(
-                    f"{path}.{axis}",
-                    f"{value:g} is greater than the maximum of 1000",
-                    "maximum_invalid",
-                )
-        return Point(x, y)
+        size = await self.capture_size() if space == "pixel" else None
+        return prog.normalize(float(raw["x"]), float(raw["y"]), path, size)
 
     async def evidence(
         self, baseline: Frame | None, *, wait: bool, delay_ms: int = 0
@@ -483,7 +464,7 @@ class InputTools:
             shot = await self.evidence(baseline, wait=True)
             output: dict[str, Any] = {"ok": True, "start": start.to_dict(), "at": to.to_dict()}
             if shot.get("screen_stable") is True:
-                s.keep_contact(Drag(start, to, time.monotonic() + cfg.drag_limit_s))
+                s.keep_contact(start, to)
                 return {"action_output": output, **shot, "drag": self.engine.drag_dict()}
             # Not stable (or no screen): undo, and show the screen as it is after the undo.
             await s.run(prog.drag_cancel(cfg, ptr, to, start))

@@ -17,7 +17,7 @@ from daemon.catalog import CallContext, Catalog, Guard, ToolSpec
 from daemon.config import InputConfig
 from daemon.engine import program as prog
 from daemon.engine.executor import Held, execute
-from daemon.engine.flow import FULL, ISOLATED, Drag, InputEngine
+from daemon.engine.flow import FULL, ISOLATED, InputEngine
 from daemon.engine.program import Point
 from daemon.errors import ToolError
 from daemon.sim.layout import make_layout
@@ -314,7 +314,7 @@ async def test_isolation_is_what_makes_cmd_a_work_on_the_simulated_ios() -> None
 async def start_drag(eng: InputEngine, start: Point, to: Point) -> None:
     async with eng.invocation("drag_start", drag="start") as s:
         await s.run(prog.drag_start(FAST, eng.pointer, start, to))
-        s.keep_contact(Drag(start, to, time.monotonic() + eng.cfg.drag_limit_s))
+        s.keep_contact(start, to)
 
 
 async def test_a_confirmed_drag_outlives_its_invocation_until_drag_release() -> None:

@@ -405,3 +405,12 @@ def test_required_profile() -> None:
     assert required_profile(volume, isolate=True) is None
     assert required_profile(tap, isolate=True) == FULL
     assert required_profile(tap, isolate=False) == FULL
+
+
+def test_normalize_checks_bounds_and_scales_pixels() -> None:
+    assert prog.normalize(250, 1000, "$.point") == Point(250, 1000)
+    assert prog.normalize(639, 0, "$.point", (640, 480)) == Point(1000, 0)
+    for args, path in (((0, 1001, "$.p"), "$.p.y"), ((640, 0, "$.p", (640, 480)), "$.p.x")):
+        with pytest.raises(ToolError) as e:
+            prog.normalize(*args)
+        assert e.value.details["errors"][0]["path"] == path

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from daemon.engine.program import chord_states
 from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.sim import SimTarget
@@ -64,20 +65,9 @@ class Hand:
 
     async def chord(self, *names: str) -> None:
         """Press in order, release in reverse, as keyboard_tap does."""
-        keys = [keymap.key(n) for n in names]
-        mods, held = 0, []
-        for k in keys:
-            if k.modifier:
-                mods |= k.modifier
-            else:
-                held.append(k.usage)
-            await self.t.write("keyboard", reports.keyboard(mods, held))
-        for k in reversed(keys):
-            if k.modifier:
-                mods &= ~k.modifier
-            else:
-                held.remove(k.usage)
-            await self.t.write("keyboard", reports.keyboard(mods, held))
+        states = chord_states([keymap.key(n) for n in names])
+        for report in [*states, *reversed(states[:-1]), reports.KEYBOARD_RELEASE]:
+            await self.t.write("keyboard", report)
 
     async def consumer(self, name: str) -> None:
         await self.t.write("consumer", reports.consumer(keymap.key(name).usage))

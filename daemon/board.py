@@ -31,12 +31,10 @@ from gadget import hidg, reports
 from gadget.configfs import Gadget
 from gadget.descriptors import pointer_for
 from gadget.errors import ConfigfsError, GadgetError, TargetNotAttached
-from gadget.profiles import build_profile
+from gadget.profiles import FULL, build_profile
 from gadget.settings import GadgetSettings
 
 log = structlog.get_logger("daemon.board")
-
-FULL = "full"
 
 
 class BoardHid:

@@ -9,7 +9,8 @@ from gadget import descriptors
 from gadget.descriptors import HidFunction
 from gadget.settings import GadgetSettings
 
-PROFILES = ("full", "keyboard-isolated")
+FULL, ISOLATED = "full", "keyboard-isolated"  # every function; the pointer-free one (iOS)
+PROFILES = (FULL, ISOLATED)
 PLATFORMS = ("ios", "android", "macos", "windows", "linux")
 
 # configfs function instance per role. Stable names keep a role's /dev/hidgN minor and let

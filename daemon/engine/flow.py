@@ -33,11 +33,10 @@ from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
 from gadget import reports
 from gadget.errors import GadgetError
+from gadget.profiles import FULL, ISOLATED
 
 log = structlog.get_logger("daemon.engine")
 
-FULL = "full"
-ISOLATED = "keyboard-isolated"
 DragRole = Literal["none", "start", "release"]
 T = TypeVar("T")
 

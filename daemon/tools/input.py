@@ -633,7 +633,6 @@ def launch_qualification(result: Any) -> str:
 def tools(rt: Runtime) -> list[ToolSpec]:
     t = InputTools(rt, engine_for(rt))
     platform = rt.platform
-    mouse_only = MOUSE_PLATFORMS
 
     def spec(name: str, **kw: Any) -> ToolSpec:
         kw.setdefault("result_schema", EVIDENCE_RESULT)
@@ -757,7 +756,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
                 required=["x", "y"],
             ),
             example_input={"x": 500, "y": 500},
-            platforms=mouse_only,
+            platforms=MOUSE_PLATFORMS,
             keywords=("hover", "cursor", "pointer"),
         ),
         spec(
@@ -780,7 +779,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
                 required=["delta"],
             ),
             example_input={"delta": -3},
-            platforms=mouse_only,
+            platforms=MOUSE_PLATFORMS,
             keywords=("wheel", "scroll"),
         ),
         spec(

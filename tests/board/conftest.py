@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +30,9 @@ import vm as board_vm  # noqa: E402
 
 PROJECT = HERE.parents[1]
 ARTIFACTS = PROJECT / "test-artifacts" / "board"
-KEEP_RUNS = 5
+
+
+kernel_run = image.kernel_script("run")  # its run folders and junit reader serve here too
 
 
 class GuestStream:
@@ -109,18 +109,10 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _interrupted)  # a CI job cancelled, run.py's time limit
 
 
-def new_run_folder() -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in sorted(ARTIFACTS.glob("run-*"))[:-KEEP_RUNS]:
-        shutil.rmtree(old, ignore_errors=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(tempfile.mkdtemp(prefix=f"run-{stamp}-", dir=ARTIFACTS))
-
-
 @pytest.fixture(scope="session")
 def workdir() -> Path:
     given = os.environ.get("FINGERTIP_BOARD_RUN")  # run.py names the folder it reports on
-    return Path(given) if given else new_run_folder()
+    return Path(given) if given else kernel_run.new_run_folder(ARTIFACTS)
 
 
 @pytest.fixture(scope="session")

@@ -58,18 +58,21 @@ class Image:
     known_hosts: Path  # the guest's host key under HOST_ALIAS
 
 
-def _kernel_tier() -> ModuleType:
-    """tests/kernel/setup.py (a script, not a package): its preflight, apt and kernel choice."""
-    path = HERE.parent / "kernel" / "setup.py"
-    spec = importlib.util.spec_from_file_location("fingertip_kernel_setup", path)
+def kernel_script(name: str) -> ModuleType:
+    """tests/kernel/<name>.py (scripts, not a package, and named like this folder's own): the
+    kernel tier's preflight, apt and kernel choice (setup), run folders and junit (run)."""
+    path = HERE.parent / "kernel" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"fingertip_kernel_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
+    path_before = list(sys.path)
     spec.loader.exec_module(module)
+    sys.path[:] = path_before  # run.py puts its folder first; this folder's run.py stays "run"
     return module
 
 
-kernel_tier = _kernel_tier()
+kernel_tier = kernel_script("setup")
 # This machine cannot build or boot the board VM (the kernel tier's reasons, and the build's).
 CannotRun = kernel_tier.CannotRun
 

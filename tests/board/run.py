@@ -16,22 +16,14 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import image  # noqa: E402 (sibling modules)
-from conftest import PROJECT, new_run_folder  # noqa: E402
+from conftest import ARTIFACTS, PROJECT, kernel_run  # noqa: E402
 
 TIMEOUT_S = float(os.environ.get("BOARD_TEST_TIMEOUT", "1500"))
-
-
-def properties(junit: Path) -> list[tuple[str, str]]:
-    if not junit.exists():
-        return []
-    root = ET.parse(junit).getroot()
-    return [(p.get("name", ""), p.get("value", "")) for p in root.iter("property")]
 
 
 def main(argv: list[str]) -> int:
@@ -40,7 +32,7 @@ def main(argv: list[str]) -> int:
         image.ensure()  # a first build prints its steps here, outside pytest's capture
     except image.CannotRun as e:
         return image.skip_or_fail(str(e))
-    run = new_run_folder()
+    run = kernel_run.new_run_folder(ARTIFACTS)
     junit = run / "junit.xml"
     args = argv or shlex.split(os.environ.get("BOARD_TEST_ARGS", ""))
     cmd = [
@@ -74,7 +66,8 @@ def main(argv: list[str]) -> int:
     for name, what in transcripts.items():
         if (run / name).exists():
             print(f"--- {name} ({what})\n{(run / name).read_text()}", end="")
-    for name, value in properties(junit):
+    metrics = kernel_run.read_junit(junit).metrics if junit.exists() else []
+    for _test, name, value in metrics:
         print(f"board VM measurement: {name} = {value}")
     if (run / "phone-link.log").exists():  # see guest/phone-link.sh: watch_carrier
         rebinds = (run / "phone-link.log").read_text().count("rebinding cdc_ether")

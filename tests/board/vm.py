@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -196,10 +197,7 @@ class BoardVM:
                 timeout=10,
                 check=False,
             )
-        for leftover in self._ctl_dir.glob("*"):
-            leftover.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self._ctl_dir.rmdir()
+        shutil.rmtree(self._ctl_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager

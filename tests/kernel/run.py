@@ -92,13 +92,14 @@ def read_junit(path: Path) -> Outcome:
     return out
 
 
-def new_work_folder() -> Path:
-    """A folder of its own per run (runs may overlap on a shared machine); old ones pruned."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in sorted(ARTIFACTS.glob("run-*"))[:-KEEP_RUNS]:
+def new_run_folder(artifacts: Path = ARTIFACTS) -> Path:
+    """A folder of its own per run (runs may overlap on a shared machine); old ones pruned.
+    The board VM tier (tests/board) keeps its runs the same way."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    for old in sorted(artifacts.glob("run-*"))[:-KEEP_RUNS]:
         shutil.rmtree(old, ignore_errors=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(tempfile.mkdtemp(prefix=f"run-{stamp}-", dir=ARTIFACTS))
+    return Path(tempfile.mkdtemp(prefix=f"run-{stamp}-", dir=artifacts))
 
 
 def boot(art: setup.Artifacts, work: Path) -> tuple[bool, str]:
@@ -158,7 +159,7 @@ def main(argv: list[str]) -> int:
         art = setup.ensure()
     except setup.CannotRun as e:
         return setup.skip_or_fail(str(e))
-    work = new_work_folder()
+    work = new_run_folder()
     args = argv or shlex.split(os.environ.get("KERNEL_TEST_ARGS", ""))
     (work / "pytest-args").write_text("".join(f"{a}\n" for a in args))
 

@@ -107,6 +107,14 @@ make_release() {
     touch "$dir/.complete"
 }
 
+# systemd-networkd picks up a changed network file; false when it is not running. (A reload
+# that fails must not stop an install or an undeploy half-way.)
+reload_networkd() {
+    command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet systemd-networkd ||
+        return 1
+    networkctl reload 2>/dev/null || systemctl reload systemd-networkd || true
+}
+
 # Units, udev rule and the USB link's network file of one release, and the config when missing.
 install_system_files() {
     share=$1
@@ -131,9 +139,7 @@ install_system_files() {
         udevadm control --reload
         udevadm trigger --action=add --subsystem-match=hidg --subsystem-match=video4linux
     fi
-    if systemctl is-active --quiet systemd-networkd; then
-        networkctl reload 2>/dev/null || systemctl reload systemd-networkd || true
-    else
+    if ! reload_networkd; then
         say "NOTE: systemd-networkd is not running: give the USB link 192.168.42.1/24 and a" \
             "DHCP server for the target yourself (see $NETWORK)"
     fi
@@ -254,7 +260,7 @@ undeploy() {
     for cmd in $COMMANDS; do rm -f /usr/local/bin/$cmd; done
     command -v systemctl >/dev/null 2>&1 && systemctl daemon-reload
     command -v udevadm >/dev/null 2>&1 && udevadm control --reload
-    systemctl is-active --quiet systemd-networkd 2>/dev/null && networkctl reload 2>/dev/null
+    reload_networkd || true
     rm -rf $BASE
     say "removed; kept /etc/fingertip/ (config), /var/lib/fingertip/ (pairing token) and the" \
         "fingertip user: remove them by hand to forget them"

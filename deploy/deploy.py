@@ -38,20 +38,22 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 BUILD = PROJECT / "build" / "deploy"
 BOARD_SCRIPT = PROJECT / "deploy" / "board.sh"
-# Files of the clone every release carries in its share/ folder (board.sh installs them).
-SHARE = {
-    "fingertip.service": "systemd/fingertip.service",
-    "fingertip-gadget.service": "systemd/fingertip-gadget.service",
-    "fingertip.sysusers": "systemd/fingertip.sysusers",
-    "70-fingertip.rules": "etc/udev/70-fingertip.rules",
-    "fingertip-hidg-role": "etc/udev/fingertip-hidg-role",
-    "fingertip-link-reannounce": "systemd/fingertip-link-reannounce",
-    "80-fingertip-usb.network": "etc/network/80-fingertip-usb.network",
-    "fingertip.toml": "etc/fingertip.toml",
-    "board.sh": "deploy/board.sh",
-}
+# Files of the clone every release carries in its share/ folder under their own names
+# (board.sh installs them from there).
+SHARE = (
+    "systemd/fingertip.service",
+    "systemd/fingertip-gadget.service",
+    "systemd/fingertip.sysusers",
+    "etc/udev/70-fingertip.rules",
+    "etc/udev/fingertip-hidg-role",
+    "systemd/fingertip-link-reannounce",
+    "etc/network/80-fingertip-usb.network",
+    "etc/fingertip.toml",
+    "deploy/board.sh",
+)
 HEALTH_TIMEOUT_S = 90.0
 MIN_PYTHON = (3, 11)
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class DeployError(Exception):
@@ -66,7 +68,6 @@ class BoardFacts:
     """What `board.sh probe` reported."""
 
     uid: int
-    systemd: bool
     arch: str  # sysconfig's platform without "linux-": x86_64, aarch64, armv7l, ...
     python: tuple[int, int]
     libc: tuple[str, tuple[int, int]]  # ("glibc", (2, 36))
@@ -106,7 +107,6 @@ def parse_probe(text: str) -> BoardFacts:
         )
     return BoardFacts(
         uid=int(values.get("uid", "-1")),
-        systemd=True,
         arch=platform.removeprefix("linux-"),
         python=(major, minor),
         libc=(libc_name, (int(m.group(1)), int(m.group(2)))),
@@ -202,18 +202,23 @@ def health_target(listen: Sequence[str]) -> str:
     """The address the health check reaches through ssh: loopback when the daemon listens
     there, else its first address."""
     for addr in listen:
-        if addr in ("127.0.0.1", "::1", "localhost"):
+        if addr in LOOPBACK:
             return addr
     if not listen:
         raise DeployError("the board's config listens on no address")
     return listen[0]
 
 
+def host_port(addr: str, port: int) -> str:
+    """`addr:port`, an IPv6 address in brackets (a URL's and a Host header's form)."""
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
 def summary(version: str, release: str, dest: str, port: int, listen: Sequence[str]) -> str:
     """The one line a deploy ends with."""
-    remote = [a for a in listen if a not in ("127.0.0.1", "::1", "localhost")]
+    remote = [a for a in listen if a not in LOOPBACK]
     shown = remote or list(listen)
-    urls = " ".join(f"http://{'[' + a + ']' if ':' in a else a}:{port}" for a in shown)
+    urls = " ".join(f"http://{host_port(a, port)}" for a in shown)
     return f"fingertip {version} (release {release}) is running on {dest}: {urls}"
 
 
@@ -235,6 +240,11 @@ class Ssh:
             cmd += ["-F", str(self.config)]
         return [*cmd, "-p", str(self.port), "-o", f"ControlPath={self.control}"]
 
+    def _remote(self, command: Sequence[str]) -> list[str]:
+        """ssh's argv for `command` on the board (quoted for the remote shell, under sudo)."""
+        remote = " ".join(shlex.quote(c) for c in [*self.sudo, *command])
+        return [*self._base(), "-o", "ControlMaster=no", self.host, remote]
+
     def open(self) -> None:
         # -f after authentication: a password or key prompt still works on a terminal.
         cmd = [*self._base(), "-o", "ControlMaster=yes", "-o", "ControlPersist=600"]
@@ -251,9 +261,8 @@ class Ssh:
     ) -> subprocess.CompletedProcess[bytes]:
         """A command on the board (argv, quoted for the remote shell). With `check`, a
         failure raises DeployError(check) and the command's stderr is shown."""
-        remote = " ".join(shlex.quote(c) for c in [*self.sudo, *command])
         done = subprocess.run(
-            [*self._base(), "-o", "ControlMaster=no", self.host, remote],
+            self._remote(command),
             input=stdin,
             stdout=subprocess.PIPE,
             stderr=None,  # the board's messages go straight to the user
@@ -273,10 +282,7 @@ class Ssh:
         return out
 
     def stream(self, command: Sequence[str]) -> subprocess.Popen[bytes]:
-        remote = " ".join(shlex.quote(c) for c in [*self.sudo, *command])
-        return subprocess.Popen(
-            [*self._base(), "-o", "ControlMaster=no", self.host, remote], stdin=subprocess.PIPE
-        )
+        return subprocess.Popen(self._remote(command), stdin=subprocess.PIPE)
 
     @contextlib.contextmanager
     def forward(self, addr: str, port: int) -> Iterator[Path]:
@@ -315,7 +321,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 
 def health_check(sock: Path, addr: str, port: int, timeout: float) -> dict[str, object]:
     """POST /api/tools/health_check until it answers ok or `timeout` passes."""
-    host = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"  # a Host the daemon accepts
+    host = host_port(addr, port)  # a Host the daemon accepts
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
@@ -425,10 +431,15 @@ def _connect(args: argparse.Namespace) -> tuple[Ssh, BoardFacts]:
 
 
 def _probe(ssh: Ssh, host: str) -> BoardFacts:
-    probe = ssh.run(["sh", "-s", "--", "probe"], stdin=BOARD_SCRIPT.read_bytes())
-    if probe.returncode != 0:
-        raise DeployError("probing the board failed (see above)")
-    facts = parse_probe(probe.stdout.decode(errors="replace"))
+    def probe() -> BoardFacts:
+        done = ssh.run(
+            ["sh", "-s", "--", "probe"],
+            stdin=BOARD_SCRIPT.read_bytes(),
+            check="probing the board failed (see above)",
+        )
+        return parse_probe(done.stdout.decode(errors="replace"))
+
+    facts = probe()
     if facts.uid != 0:
         ssh.sudo = ["sudo", "-n"]
         if ssh.run(["true"]).returncode != 0:
@@ -436,9 +447,7 @@ def _probe(ssh: Ssh, host: str) -> BoardFacts:
                 f"{host} is not root and `sudo -n` needs a password there: deploy as "
                 "root@board or allow this user passwordless sudo"
             )
-        # Again as root: /opt/fingertip may be readable by root only.
-        probe = ssh.run(["sh", "-s", "--", "probe"], stdin=BOARD_SCRIPT.read_bytes())
-        facts = parse_probe(probe.stdout.decode(errors="replace"))
+        facts = probe()  # again as root: /opt/fingertip may be readable by root only
     return facts
 
 
@@ -459,7 +468,7 @@ def deploy(args: argparse.Namespace) -> int:
         wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse")
         digests = {f"wheels/{w.name}": _sha256(w) for w in wheels}
         digests["dist/fingertip"] = wheel_content_digest(wheel)
-        share = {f"share/{name}": PROJECT / rel for name, rel in SHARE.items()}
+        share = {f"share/{Path(rel).name}": PROJECT / rel for rel in SHARE}
         digests.update({name: _sha256(path) for name, path in share.items()})
         release = release_id(version, digests)
         manifest = BUILD / "manifest"

@@ -113,6 +113,16 @@ def test_release_id_follows_the_content() -> None:
     assert deploy.release_id("0.2.0", digests).startswith("0.2.0-")
 
 
+def test_every_file_board_sh_installs_is_shipped() -> None:
+    shipped = {Path(rel).name for rel in deploy.SHARE}
+    assert all((PROJECT / rel).is_file() for rel in deploy.SHARE)
+    board_sh = (PROJECT / "deploy/board.sh").read_text()
+    used = set(re.findall(r'"\$(?:share|1)/([\w.-]+)"', board_sh))
+    used |= set(re.search(r'^UNITS="([^"]+)"', board_sh, re.M).group(1).split())  # type: ignore[union-attr]
+    assert "fingertip.toml" in used and "fingertip.service" in used
+    assert used <= shipped, used - shipped
+
+
 def _wheel(path: Path, files: dict[str, bytes], when: tuple[int, ...]) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in files.items():

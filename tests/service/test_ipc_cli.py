@@ -59,6 +59,9 @@ def cli(
         groups = ",".join(map(str, extra_groups or []))
         prefix = ["setpriv", f"--reuid={user}", f"--regid={group if group is not None else user}"]
         prefix.append(f"--groups={groups}" if groups else "--clear-groups")
+        # The clone may sit in a root-only folder (mktemp -d): keep the right to read and
+        # traverse, never to write, so the CLI loads and the socket's own mode still decides.
+        prefix += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
     proc = subprocess.run(
         [*prefix, str(FINGERTIP), *args],
         input=stdin,

@@ -4,11 +4,11 @@ the target (usbhost.py, this same kernel's USB host side). Runs only inside the 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from board import Board
-from usbhost import UsbHost
+from usbhost import SLOWNESS, UsbHost
 
 from gadget.settings import GadgetSettings
 
@@ -20,6 +20,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         skip = pytest.mark.skip(reason="runs only inside the kernel-test VM: make kernel-test")
         for item in items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def vm_slowness(record_testsuite_property: Callable[[str, object], None]) -> None:
+    """How much slower than an idle TCG guest this one runs (the runner prints it): every
+    harness timeout is scaled by it."""
+    record_testsuite_property("vm_slowness", f"{SLOWNESS:.2f}")
 
 
 @pytest.fixture(scope="session")

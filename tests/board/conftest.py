@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,32 +37,76 @@ kernel_run = image.kernel_script("run")  # its run folders and junit reader serv
 
 
 class GuestStream:
-    """A long-running guest command whose stdout lines are collected by a thread; tests wait
-    for a line that satisfies a predicate (driven by the lines arriving, with a deadline)."""
+    """A long-running guest helper and the lines it prints, as tests wait on them.
 
-    def __init__(self, proc: subprocess.Popen[str], log: Path, parse: bool) -> None:
-        self.proc = proc
+    The helper runs inside the guest as a systemd unit of its own (at real-time priority where
+    asked), printing to a file in the guest; the host follows that file over a dedicated ssh
+    connection (`tail -F`) and, should that connection drop (a stalled VM misses ssh's
+    keepalives), reconnects and goes on from the next line it had not seen. So neither the
+    helper nor what it printed depends on an ssh session staying up. Reconnections are
+    counted (the run prints them). Tests wait for a line that satisfies a predicate, driven by
+    the lines arriving, with a deadline; a failure shows the last lines and the unit's state.
+    """
+
+    def __init__(
+        self, board: board_vm.BoardVM, name: str, command: str, log: Path, parse: bool,
+        realtime: bool = False,
+    ) -> None:  # fmt: skip
+        self.board, self.unit = board, f"fingertip-test-{name}"
+        self.out = f"/run/{self.unit}.out"
         self.lines: list[Any] = []
+        self.reconnects = 0
+        self._count = 0  # complete lines read so far (the resume point)
         self._cond = threading.Condition()
+        self._closing = False
         self._log = log.open("w")
         self._parse = parse
+        props = ["CPUSchedulingPolicy=fifo", "CPUSchedulingPriority=50"] if realtime else []
+        board.run(
+            f"systemd-run --unit={self.unit} --quiet "
+            + "".join(f"--property={p} " for p in props)
+            + f"--property=StandardOutput=truncate:{self.out} "
+            f"--property=StandardError=file:/run/{self.unit}.err "
+            f"/bin/sh -c {shlex.quote(command)}"
+        )
+        self._proc = self._follow()
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
 
+    def _follow(self) -> subprocess.Popen[str]:
+        # Its own connection, not the shared master: a dropped master must not cut it.
+        return subprocess.Popen(
+            [*self.board.ssh_base(), "-o", "ControlPath=none", self.board.host,
+             f"tail -n +{self._count + 1} -F {self.out} 2>/dev/null"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1,
+        )  # fmt: skip
+
     def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self._log.write(raw)
-            self._log.flush()
-            line: Any = raw.rstrip("\n")
-            if self._parse:
-                try:
-                    line = json.loads(line)
-                except ValueError:
-                    continue
+        while True:
+            assert self._proc.stdout is not None
+            for raw in self._proc.stdout:
+                if not raw.endswith("\n"):  # cut mid-line: read it again after reconnecting
+                    break
+                self._log.write(raw)
+                self._log.flush()
+                line: Any = raw.rstrip("\n")
+                if self._parse:
+                    try:
+                        line = json.loads(line)
+                    except ValueError:
+                        line = {"unparsed": line}
+                with self._cond:
+                    self._count += 1
+                    self.lines.append(line)
+                    self._cond.notify_all()
+            self._proc.wait()
+            if self._closing or self.board.proc is None or self.board.proc.poll() is not None:
+                break
             with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
+                self.reconnects += 1
+            time.sleep(1)  # a retry's pause: the VM may be busy or its sshd restarting
+            self._proc = self._follow()
         with self._cond:
             self._cond.notify_all()
 
@@ -70,11 +115,22 @@ class GuestStream:
         with self._cond:
             return len(self.lines)
 
+    def state(self) -> str:
+        """The helper unit's state and its stderr tail, for failure messages."""
+        done = self.board.run(
+            f"systemctl show -p ActiveState,SubState,ExecMainStatus --value {self.unit} | "
+            f"paste -sd' '; tail -n 5 /run/{self.unit}.err",
+            check=False,
+            timeout=30,
+        )
+        return (done.stdout + done.stderr).strip()
+
     def wait_for(
         self, check: Callable[[list[Any]], Any], what: str, timeout: float, since: int = 0
     ) -> Any:
         """Re-run `check` on the lines since `since` whenever one arrives; its first truthy
         result is returned."""
+        timeout *= self.board.slowness
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -82,21 +138,25 @@ class GuestStream:
                 if result:
                     return result
                 left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not self._thread.is_alive()):
+                if left <= 0 or not self._thread.is_alive():
                     tail = self.lines[since:][-15:]
-                    raise AssertionError(
-                        f"timed out after {timeout:.0f} s waiting for {what}; last lines: {tail}"
-                    )
+                    break
                 self._cond.wait(min(left, 1.0))
+        raise AssertionError(
+            f"timed out after {timeout:.0f} s waiting for {what}; last lines: {tail}; "
+            f"{self.unit}: {self.state()}; ssh reconnects: {self.reconnects}"
+        )
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        self._closing = True
+        self.board.run(f"systemctl stop {self.unit}", check=False, timeout=30)
+        if self._proc.poll() is None:
+            self._proc.terminate()
             try:
-                self.proc.wait(10)
+                self._proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self._proc.kill()
+                self._proc.wait()
         self._thread.join(5)
         self._log.close()
 
@@ -124,7 +184,11 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
             pytest.fail(f"the board VM cannot run here (CI=true requires it): {e}")
         pytest.skip(f"the board VM cannot run here: {e}")
     with board_vm.running(img, workdir) as vm:
-        print(f"\nboard VM: ssh up after {vm.boot_s:.0f} s (port {vm.port})", flush=True)
+        print(
+            f"\nboard VM: ssh up after {vm.boot_s:.0f} s (port {vm.port}); "
+            f"slowness {vm.slowness:.2f} (every wait's limit is scaled by it)",
+            flush=True,
+        )
         for name in ("phone-link.sh", "phone.py", "recorder.py"):
             vm.put(HERE / "guest" / name, f"/root/{name}", "0755")
         # The ECM function's debug lines (its notifications) in the journal, for when the
@@ -144,7 +208,12 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
 def recorder(board: board_vm.BoardVM, workdir: Path) -> Iterator[GuestStream]:
     """Every input event of our gadget's devices, as the guest's host side sees them."""
     stream = GuestStream(
-        board.popen("exec python3 -u /root/recorder.py watch"), workdir / "recorder.jsonl", True
+        board,
+        "recorder",
+        "exec python3 -u /root/recorder.py watch",
+        workdir / "recorder.jsonl",
+        parse=True,
+        realtime=True,  # a busy daemon must not starve the target's reading
     )
     stream.wait_for(lambda lines: any(x.get("ready") for x in lines), "the recorder", 60)
     yield stream
@@ -154,7 +223,9 @@ def recorder(board: board_vm.BoardVM, workdir: Path) -> Iterator[GuestStream]:
 @pytest.fixture(scope="session")
 def phone_link(board: board_vm.BoardVM, workdir: Path) -> Iterator[GuestStream]:
     """The phone's end of the USB network link, adopted whenever it (re)appears."""
-    stream = GuestStream(board.popen("exec /root/phone-link.sh"), workdir / "phone-link.log", False)
+    stream = GuestStream(
+        board, "phone-link", "exec /root/phone-link.sh", workdir / "phone-link.log", parse=False
+    )
     stream.wait_for(
         lambda lines: any(x.startswith("phone-link: ready") for x in lines),
         "the phone's link keeper",

@@ -4,9 +4,16 @@ library only).
 
   recorder.py watch   open every evdev node of a USB device with our vendor id as soon as it
                       appears (usbhid polls a device only while one of its nodes is open, as a
-                      phone always does), and print one JSON line per input event and per
-                      node opened or gone, until killed
+                      phone always does), and print one JSON line per input event, per node
+                      opened or gone, and per fault it met, until killed
   recorder.py held    print, per evdev node of our devices, the keys and buttons held now
+
+`watch` follows every enumeration by the kernel's own uevents (a netlink socket): an evdev node
+that lives for a fraction of a second, as the keyboard-isolated profile's does, is opened the
+moment it is announced, where a periodic scan could miss it. A full scan of /sys/class/input
+still runs at start, after a netlink overrun, and once a second as a backstop. Nothing it
+meets ends it: a fault is a JSON line ({"fault": ...}) and the loop goes on. The board test
+runs it as a systemd unit at real-time priority, so a busy daemon cannot starve it.
 """
 
 from __future__ import annotations
@@ -16,15 +23,19 @@ import fcntl
 import json
 import os
 import select
+import socket
 import struct
 import sys
 import time
 
 VENDOR = "1d6b"
 EVENT = struct.Struct("qqHHi")  # struct input_event on 64-bit: timeval, type, code, value
-EV_KEY, EV_REL, EV_ABS = 1, 2, 3
+EV_SYN, EV_KEY, EV_REL, EV_ABS = 0, 1, 2, 3
+SYN_DROPPED = 3
 KEY_BYTES = 96  # (KEY_MAX + 1) / 8
 EVIOCGKEY = (2 << 30) | (KEY_BYTES << 16) | (ord("E") << 8) | 0x18
+NETLINK_KOBJECT_UEVENT = 15
+RESCAN_S = 1.0
 
 
 def _read(path: str) -> str:
@@ -35,24 +46,34 @@ def _read(path: str) -> str:
         return ""
 
 
+def node_info(ev: str) -> dict[str, str] | None:
+    """{product, name, interface} of input node `ev` if it belongs to a USB device with our
+    vendor id, else None (also when it vanished while being looked at)."""
+    dev = os.path.realpath(f"/sys/class/input/{ev}/device")
+    usb = dev
+    while usb != "/" and not os.path.exists(f"{usb}/idVendor"):
+        usb = os.path.dirname(usb)
+    if usb == "/" or _read(f"{usb}/idVendor") != VENDOR:
+        return None
+    iface = next((p for p in dev.split("/") if ":" in p and "-" in p), "")
+    product = _read(f"{usb}/idProduct")
+    if not product:  # mid-removal
+        return None
+    return {"product": product, "name": _read(f"{dev}/name"), "interface": iface.rsplit(".", 1)[-1]}
+
+
 def our_nodes() -> dict[str, dict[str, str]]:
-    """eventN -> {product, name, interface} for input devices of USB devices with our vendor."""
+    """eventN -> node_info for every input node of our devices now."""
+    try:
+        names = os.listdir("/sys/class/input")
+    except OSError:
+        return {}
     found = {}
-    for ev in os.listdir("/sys/class/input"):
-        if not ev.startswith("event"):
-            continue
-        dev = os.path.realpath(f"/sys/class/input/{ev}/device")
-        usb = dev
-        while usb != "/" and not os.path.exists(f"{usb}/idVendor"):
-            usb = os.path.dirname(usb)
-        if usb == "/" or _read(f"{usb}/idVendor") != VENDOR:
-            continue
-        iface = next((p for p in dev.split("/") if ":" in p and "-" in p), "")
-        found[ev] = {
-            "product": _read(f"{usb}/idProduct"),
-            "name": _read(f"{dev}/name"),
-            "interface": iface.rsplit(".", 1)[-1],
-        }
+    for ev in names:
+        if ev.startswith("event"):
+            info = node_info(ev)
+            if info is not None:
+                found[ev] = info
     return found
 
 
@@ -60,40 +81,101 @@ def emit(**fields: object) -> None:
     print(json.dumps({"t": round(time.monotonic(), 3), **fields}), flush=True)
 
 
-def watch() -> int:
-    open_fds: dict[int, tuple[str, dict[str, str]]] = {}
-    opened: set[str] = set()
-    emit(ready=True)
-    while True:
+def uevent_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind((0, 1))  # the kernel's multicast group
+    sock.setblocking(False)
+    return sock
+
+
+def announced_nodes(data: bytes) -> list[str]:
+    """eventN named by an "add" uevent of the input subsystem (NUL-separated KEY=VALUE)."""
+    fields = data.split(b"\0")
+    if not fields[0].startswith(b"add@"):
+        return []
+    env = dict(f.split(b"=", 1) for f in fields[1:] if b"=" in f)
+    name = env.get(b"DEVNAME", b"").decode(errors="replace")
+    if env.get(b"SUBSYSTEM") == b"input" and name.startswith("input/event"):
+        return [name.removeprefix("input/")]
+    return []
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.open_fds: dict[int, tuple[str, dict[str, str]]] = {}
+        self.opened: set[str] = set()
+
+    def open(self, ev: str, info: dict[str, str] | None = None) -> None:
+        if ev in self.opened:
+            return
+        info = info or node_info(ev)
+        if info is None:
+            return
+        try:
+            fd = os.open(f"/dev/input/{ev}", os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:  # gone already, or the node not made yet: a later scan retries
+            emit(fault="open", node=ev, product=info["product"], error=str(e))
+            return
+        self.opened.add(ev)
+        self.open_fds[fd] = (ev, info)
+        emit(open=ev, **info)
+
+    def scan(self) -> None:
         for ev, info in our_nodes().items():
-            if ev in opened:
-                continue
-            try:
-                fd = os.open(f"/dev/input/{ev}", os.O_RDONLY | os.O_NONBLOCK)
-            except OSError:
-                continue  # udev has not made the node yet: the next scan tries again
-            opened.add(ev)
-            open_fds[fd] = (ev, info)
-            emit(open=ev, **info)
-        ready, _, _ = select.select(list(open_fds), [], [], 0.05)
-        for fd in ready:
-            ev, info = open_fds[fd]
-            try:
-                data = os.read(fd, EVENT.size * 64)
-            except OSError as exc:
-                if exc.errno == errno.EAGAIN:
-                    continue
-                data = b""
-            if not data:  # ENODEV: the device is gone (re-enumeration)
-                os.close(fd)
-                del open_fds[fd]
-                opened.discard(ev)
-                emit(gone=ev, product=info["product"])
-                continue
-            for i in range(0, len(data) - EVENT.size + 1, EVENT.size):
-                _, _, typ, code, value = EVENT.unpack_from(data, i)
-                if typ in (EV_KEY, EV_REL, EV_ABS):
-                    emit(node=ev, product=info["product"], type=typ, code=code, value=value)
+            self.open(ev, info)
+
+    def read(self, fd: int) -> None:
+        ev, info = self.open_fds[fd]
+        try:
+            data = os.read(fd, EVENT.size * 256)
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                return
+            data = b""
+        if not data:  # ENODEV: the device is gone (re-enumeration)
+            os.close(fd)
+            del self.open_fds[fd]
+            self.opened.discard(ev)
+            emit(gone=ev, product=info["product"])
+            return
+        for i in range(0, len(data) - EVENT.size + 1, EVENT.size):
+            _, _, typ, code, value = EVENT.unpack_from(data, i)
+            if typ in (EV_KEY, EV_REL, EV_ABS):
+                emit(node=ev, product=info["product"], type=typ, code=code, value=value)
+            elif typ == EV_SYN and code == SYN_DROPPED:
+                emit(fault="SYN_DROPPED", node=ev, product=info["product"])
+
+
+def watch() -> int:
+    rec = Recorder()
+    uevents = uevent_socket()  # before the first scan: a node made in between is not missed
+    rec.scan()
+    emit(ready=True)
+    next_scan = time.monotonic() + RESCAN_S
+    while True:
+        try:
+            timeout = max(0.0, next_scan - time.monotonic())
+            ready, _, _ = select.select([uevents, *rec.open_fds], [], [], timeout)
+            for fd in ready:
+                if fd is uevents:
+                    try:
+                        while True:
+                            for ev in announced_nodes(uevents.recv(1 << 16)):
+                                rec.open(ev)
+                    except BlockingIOError:
+                        pass
+                    except OSError as e:  # ENOBUFS: uevents were lost; the scan finds them
+                        emit(fault="uevents", error=str(e))
+                        rec.scan()
+                else:
+                    rec.read(fd)
+            if time.monotonic() >= next_scan:
+                rec.scan()
+                next_scan = time.monotonic() + RESCAN_S
+        except Exception as e:  # a fault is reported, never the end of the recording
+            emit(fault="loop", error=repr(e))
+            time.sleep(0.1)  # at real-time priority, a fault that repeats must not spin
 
 
 def held() -> int:

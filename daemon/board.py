@@ -159,7 +159,7 @@ class BoardProfiles:
         changed = self.gadget.apply(build_profile(name, self.platform, settings))
         if not changed:
             return False
-        self._await_access(settings.attach_timeout)
+        self._await_access(settings.node_access_timeout)
         try:
             # Not fooled by the "configured" an unbind leaves behind (see Gadget).
             configured = self.gadget.wait_configured(settings.attach_timeout)

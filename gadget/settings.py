@@ -123,6 +123,10 @@ class GadgetSettings:
     hid_no_out_endpoint: bool = _key(True, {"type": "boolean"}, "true or false")
 
     attach_timeout: float = _seconds(5.0, 0.1, 120)
+    # After a re-enumeration, how long to wait for udev to give the new /dev/hidgN nodes the
+    # daemon's group before the writers open them anyway. Milliseconds on an idle board; a
+    # board VM under load needed more than 5 s. Waiting costs nothing once they are ready.
+    node_access_timeout: float = _seconds(10.0, 0.1, 120)
     settle_delay: float = _seconds(0.5, 0, 10)
     write_timeout: float = _seconds(0.75, 0.01, 10)
     release_repeat: int = _key(

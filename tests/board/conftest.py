@@ -74,9 +74,8 @@ class GuestStream:
         self._thread.start()
 
     def _follow(self) -> subprocess.Popen[str]:
-        # Its own connection, not the shared master: a dropped master must not cut it.
         return subprocess.Popen(
-            [*self.board.ssh_base(), "-o", "ControlPath=none", self.board.host,
+            [*self.board.ssh_base(shared=False), self.board.host,
              f"tail -n +{self._count + 1} -F {self.out} 2>/dev/null"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1,

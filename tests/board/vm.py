@@ -106,7 +106,11 @@ class BoardVM:
     def host(self) -> str:
         return "root@127.0.0.1"
 
-    def ssh_base(self) -> list[str]:
+    def ssh_base(self, shared: bool = True) -> list[str]:
+        """ssh to the guest over the shared master connection, or (shared=False) over a
+        connection of its own, which a dropped master cannot take down with it."""
+        if not shared:
+            return ["ssh", "-F", str(self.ssh_config), "-o", "ControlPath=none"]
         return [
             "ssh", "-F", str(self.ssh_config),
             "-o", "ControlMaster=auto", "-o", f"ControlPath={self._ctl_dir}/%C",

@@ -11,9 +11,10 @@ library only).
 `watch` follows every enumeration by the kernel's own uevents (a netlink socket): an evdev node
 that lives for a fraction of a second, as the keyboard-isolated profile's does, is opened the
 moment it is announced, where a periodic scan could miss it. A full scan of /sys/class/input
-still runs at start, after a netlink overrun, and once a second as a backstop. Nothing it
-meets ends it: a fault is a JSON line ({"fault": ...}) and the loop goes on. The board test
-runs it as a systemd unit at real-time priority, so a busy daemon cannot starve it.
+runs only at start and after a netlink overrun: idle, it costs nothing (a scan a second cost
+a tenth of the guest's one vCPU under TCG, taken from udev and the daemon). Nothing it meets
+ends it: a fault is a JSON line ({"fault": ...}) and the loop goes on. The board test runs it
+as a systemd unit at real-time priority, so a busy daemon cannot starve it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ SYN_DROPPED = 3
 KEY_BYTES = 96  # (KEY_MAX + 1) / 8
 EVIOCGKEY = (2 << 30) | (KEY_BYTES << 16) | (ord("E") << 8) | 0x18
 NETLINK_KOBJECT_UEVENT = 15
-RESCAN_S = 1.0
 
 
 def _read(path: str) -> str:
@@ -105,6 +105,7 @@ class Recorder:
     def __init__(self) -> None:
         self.open_fds: dict[int, tuple[str, dict[str, str]]] = {}
         self.opened: set[str] = set()
+        self.retry: set[str] = set()  # announced nodes that could not be opened yet
 
     def open(self, ev: str, info: dict[str, str] | None = None) -> None:
         if ev in self.opened:
@@ -114,9 +115,12 @@ class Recorder:
             return
         try:
             fd = os.open(f"/dev/input/{ev}", os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as e:  # gone already, or the node not made yet: a later scan retries
+        except OSError as e:  # gone already, or the node not made yet: retried shortly
             emit(fault="open", node=ev, product=info["product"], error=str(e))
+            if e.errno == errno.ENOENT:
+                self.retry.add(ev)
             return
+        self.retry.discard(ev)
         self.opened.add(ev)
         self.open_fds[fd] = (ev, info)
         emit(open=ev, **info)
@@ -152,11 +156,15 @@ def watch() -> int:
     uevents = uevent_socket()  # before the first scan: a node made in between is not missed
     rec.scan()
     emit(ready=True)
-    next_scan = time.monotonic() + RESCAN_S
     while True:
         try:
-            timeout = max(0.0, next_scan - time.monotonic())
+            timeout = 0.1 if rec.retry else None
             ready, _, _ = select.select([uevents, *rec.open_fds], [], [], timeout)
+            for ev in list(rec.retry):
+                if os.path.exists(f"/sys/class/input/{ev}"):
+                    rec.open(ev)
+                else:  # it went before it could be opened
+                    rec.retry.discard(ev)
             for fd in ready:
                 if fd is uevents:
                     try:
@@ -170,9 +178,6 @@ def watch() -> int:
                         rec.scan()
                 else:
                     rec.read(fd)
-            if time.monotonic() >= next_scan:
-                rec.scan()
-                next_scan = time.monotonic() + RESCAN_S
         except Exception as e:  # a fault is reported, never the end of the recording
             emit(fault="loop", error=repr(e))
             time.sleep(0.1)  # at real-time priority, a fault that repeats must not spin

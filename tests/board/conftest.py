@@ -60,6 +60,7 @@ class GuestStream:
         self._cond = threading.Condition()
         self._closing = False
         self._log = log.open("w")
+        self._reconnects_file = log.parent / "ssh-reconnects.txt"  # run.py prints the count
         self._parse = parse
         props = ["CPUSchedulingPolicy=fifo", "CPUSchedulingPriority=50"] if realtime else []
         board.run(
@@ -158,6 +159,8 @@ class GuestStream:
                 self._proc.wait()
         self._thread.join(5)
         self._log.close()
+        with self._reconnects_file.open("a") as f:
+            f.write(f"{self.unit} {self.reconnects}\n")
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -72,6 +72,10 @@ def main(argv: list[str]) -> int:
     if (run / "phone-link.log").exists():  # see guest/phone-link.sh: watch_carrier
         rebinds = (run / "phone-link.log").read_text().count("rebinding cdc_ether")
         print(f"board VM measurement: phone driver rebinds for a lost carrier = {rebinds}")
+    if (run / "ssh-reconnects.txt").exists():  # see conftest.GuestStream
+        lines = (run / "ssh-reconnects.txt").read_text().split()
+        total = sum(int(n) for n in lines[1::2])
+        print(f"board VM measurement: guest helper streams reconnected after an ssh drop = {total}")
     wall = time.monotonic() - start
     print(f"board VM artifacts: {run.relative_to(PROJECT)}")
     print(f"board VM wall time: {wall:.0f} s (image check, boot, deploy, checks, power off)")

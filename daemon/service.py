@@ -108,7 +108,7 @@ class Daemon:
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
-            self.app.add_routes(sim_routes(self.backend.target))
+            self.app.add_routes(sim_routes(self.backend.target, self.auth))
         # Transports and services register what must run at stop, in reverse order.
         self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
         self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers

@@ -249,7 +249,11 @@ class ShellConfig:
     cwd: str = _key("", _STR, "working directory; empty = the state folder")
     default_timeout_s: float = _key(30.0, _num(0.1, 3600))
     max_output_bytes: int = _key(64 << 10, _int(1024, 16 << 20))
-    max_sessions: int = _key(8, _int(0, 256))
+    max_sessions: int = _key(8, _int(0, 256), "sessions running at once")
+    keep_ended_s: float = _key(
+        300.0, _num(0, 86400), "an ended session (and its output) is removed this long after"
+    )
+    max_ended: int = _key(16, _int(0, 1024), "ended sessions kept; the oldest go first")
 
 
 @dataclass(frozen=True)

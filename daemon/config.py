@@ -261,6 +261,9 @@ class WeatherConfig:
     geocoding_url: str = _key("https://geocoding-api.open-meteo.com/v1/search", _STR)
     forecast_url: str = _key("https://api.open-meteo.com/v1/forecast", _STR)
     timeout_s: float = _key(10.0, _num(0.1, 120))
+    max_reply_bytes: int = _key(
+        1 << 20, _int(1024, 64 << 20), "a bigger upstream reply is refused, not read whole"
+    )
 
 
 @dataclass(frozen=True)

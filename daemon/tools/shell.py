@@ -99,6 +99,7 @@ class Session:
     started: float
     mark: str
     pump: asyncio.Task[None] | None = None
+    exited: asyncio.Task[int] | None = None  # sets ended_at (held here: tasks are weak refs)
     ended_at: float | None = None  # when its process exited (monotonic)
 
     def describe(self) -> dict[str, Any]:
@@ -165,7 +166,7 @@ class ShellService:
             timed_out = True
         finally:
             if proc.returncode is None or not readers.done():
-                await _end_tree(proc.pid, mark, grace=0)
+                await _end_tree(_group(proc), mark, grace=0)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(proc.wait(), 2)
                 readers.cancel()
@@ -194,8 +195,8 @@ class ShellService:
         session = Session(sid, command, proc, _Output(self.cap), time.monotonic(), self._mark(sid))
         assert proc.stdout is not None
         session.pump = asyncio.create_task(_pump(proc.stdout, session.out))
-        exited = asyncio.create_task(proc.wait())
-        exited.add_done_callback(lambda _: setattr(session, "ended_at", time.monotonic()))
+        session.exited = asyncio.create_task(proc.wait())
+        session.exited.add_done_callback(lambda _: setattr(session, "ended_at", time.monotonic()))
         self.sessions[sid] = session
         return session.describe()
 
@@ -323,8 +324,14 @@ async def _end_tree(pgid: int, mark: str, grace: float) -> None:
     log.warning("shell_processes_left", mark=mark, pids=left)
 
 
+def _group(proc: asyncio.subprocess.Process) -> int:
+    """The command's process group while its leader lives; once reaped its pid may be reused,
+    and the marks still find whatever is left of the group."""
+    return proc.pid if proc.returncode is None else 0
+
+
 async def _end(s: Session) -> None:
-    await _end_tree(s.proc.pid, s.mark, END_GRACE_S)
+    await _end_tree(_group(s.proc), s.mark, END_GRACE_S)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(s.proc.wait(), 2)
     if s.pump is not None:

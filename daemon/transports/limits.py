@@ -175,10 +175,15 @@ def body_deadline(timeout: float) -> Any:
     return middleware
 
 
-def check_fd_budget(*caps: int, reserve: int = 128) -> None:
+# Fds beside the connections: listening sockets, HID and capture devices, shell pipes (3 per
+# command), the weather client, Python's own.
+FD_RESERVE = 128
+
+
+def check_fd_budget(*caps: int) -> None:
     """Warn at start when the connection caps cannot all be served under the fd limit: past it,
     accept() fails (EMFILE) for everyone instead of the surplus being refused."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    needed = sum(caps) + reserve
+    needed = sum(caps) + FD_RESERVE
     if soft != resource.RLIM_INFINITY and needed > soft:
         log.warning("fd_limit_below_connection_caps", fd_limit=soft, needed=needed)

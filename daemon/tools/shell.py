@@ -165,7 +165,9 @@ class ShellService:
         except TimeoutError:
             timed_out = True
         finally:
-            if proc.returncode is None or not readers.done():
+            # A timeout that hits while waiting for the readers cancels them: done, but not
+            # because the command's output ended (something of it still holds the pipes).
+            if proc.returncode is None or not readers.done() or readers.cancelled():
                 await _end_tree(_group(proc), mark, grace=0)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(proc.wait(), 2)
@@ -274,23 +276,43 @@ async def _pump(stream: asyncio.StreamReader, out: _Output) -> None:
         out.feed(chunk)
 
 
+_PF_KTHREAD = 0x00200000
+_EXEC_WAIT_S = 0.5
+
+
+def _environ(pid: str) -> bytes | None:
+    """A process's environment; None when it is not ours to read or gone. Empty while it is in
+    the middle of an execve (the old memory is gone, the new not yet set up): then read again
+    until it is not, so a command that execs at the moment of a scan cannot slip through.
+    Zombies and kernel threads have none for good."""
+    deadline = time.monotonic() + _EXEC_WAIT_S
+    while True:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+            if env:
+                return env
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_KTHREAD:
+            return b""
+        if time.monotonic() > deadline:
+            return b""
+        time.sleep(0.005)  # in a worker thread (asyncio.to_thread), never on the loop
+
+
 def marked(mark: str) -> list[int]:
     """Live processes whose environment holds FINGERTIP_SHELL=<mark> (a mark ending in ':' is
-    a prefix: every command of one daemon). Zombies have no environment left: not counted.
-    Processes we may not read (another user's) cannot be ours."""
+    a prefix: every command of one daemon). Processes we may not read (another user's) cannot
+    be ours."""
     needle = f"\0{MARK}={mark}".encode()
     needle = needle if mark.endswith(":") else needle + b"\0"
     found = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                    env = b"\0" + fh.read()
-            except OSError:
-                continue
-            if needle in env:
+            if entry.name.isdigit() and needle in b"\0" + (_environ(entry.name) or b""):
                 found.append(int(entry.name))
     return found
 
@@ -315,12 +337,12 @@ async def _end_tree(pgid: int, mark: str, grace: float) -> None:
                 break
             await asyncio.sleep(0.05)
     _signal(pgid, [], signal.SIGKILL)
-    for _ in range(5):
+    for _ in range(50):  # a killed process may take a moment to be gone
         left = await asyncio.to_thread(marked, mark)
         if not left:
             return
         _signal(0, left, signal.SIGKILL)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
     log.warning("shell_processes_left", mark=mark, pids=left)
 
 

@@ -125,13 +125,19 @@ async def test_stop_ends_children_that_called_setsid(daemon: DaemonProcess) -> N
     assert not running(pid)
 
 
-async def test_a_timed_out_run_ends_children_that_called_setsid(daemon: DaemonProcess) -> None:
-    # The escapee keeps the run's stdout open, so the run times out; its kill must reach it.
-    _, body = await shell(daemon, command=ESCAPEE, timeout_s=1)
-    result = out(body)
-    assert result["timed_out"] is True
-    pid = int(result["stdout"].split()[1])
-    assert not running(pid)
+async def test_a_timed_out_run_ends_children_that_called_setsid(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    # The escapee keeps the run's stdout open, so the run times out once its shell has seen
+    # the escapee's pid file and exited; the kill must reach the escapee.
+    pid_file = tmp_path / "escapee.pid"
+    command = (
+        f"setsid -f sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300'"
+        f"; while [ ! -s {pid_file} ]; do sleep 0.01; done"
+    )
+    _, body = await shell(daemon, command=command, timeout_s=3)
+    assert out(body)["timed_out"] is True
+    assert not running(int(pid_file.read_text()))
 
 
 # Replaces: a session running `setsid -f sleep 300`, then systemctl stop -> the sleep lives on.

@@ -80,6 +80,20 @@ class ServerConfig:
     tool_timeout_s: float = _key(60.0, _num(0.1, 3600), "limit for non-HID tools")
     hid_timeout_s: float = _key(300.0, _num(1, 3600), "server-side limit of a HID invocation")
     shutdown_grace_s: float = _key(10.0, _num(0, 300), "wait for HID invocations at SIGTERM")
+    header_timeout_s: float = _key(
+        15.0,
+        _num(0.1, 3600),
+        "a connection must send a whole request header this soon after connecting or after "
+        "its last response, else it is closed (also the keep-alive idle limit)",
+    )
+    body_timeout_s: float = _key(
+        30.0, _num(0.1, 3600), "a request body must have arrived this soon after its header"
+    )
+    max_connections: int = _key(
+        256,
+        _int(1, 65536),
+        "open HTTP and WebSocket connections; more get 503 too_many_connections",
+    )
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,15 @@ class IpcConfig:
         [], {"type": "array", "items": {"type": "integer"}}, "primary or supplementary groups"
     )
     max_frame_bytes: int = _key(4 << 20, _int(64 << 10, 64 << 20), "largest request frame")
+    idle_timeout_s: float = _key(
+        30.0,
+        _num(0.1, 3600),
+        "a connection with no request running that sends nothing this long, or a frame not "
+        "whole this long after its first byte, is closed",
+    )
+    max_connections: int = _key(
+        64, _int(1, 65536), "open connections; more get one too_many_connections frame"
+    )
 
 
 @dataclass(frozen=True)
@@ -226,7 +249,11 @@ class ShellConfig:
     cwd: str = _key("", _STR, "working directory; empty = the state folder")
     default_timeout_s: float = _key(30.0, _num(0.1, 3600))
     max_output_bytes: int = _key(64 << 10, _int(1024, 16 << 20))
-    max_sessions: int = _key(8, _int(0, 256))
+    max_sessions: int = _key(8, _int(0, 256), "sessions running at once")
+    keep_ended_s: float = _key(
+        300.0, _num(0, 86400), "an ended session (and its output) is removed this long after"
+    )
+    max_ended: int = _key(16, _int(0, 1024), "ended sessions kept; the oldest go first")
 
 
 @dataclass(frozen=True)
@@ -234,6 +261,9 @@ class WeatherConfig:
     geocoding_url: str = _key("https://geocoding-api.open-meteo.com/v1/search", _STR)
     forecast_url: str = _key("https://api.open-meteo.com/v1/forecast", _STR)
     timeout_s: float = _key(10.0, _num(0.1, 120))
+    max_reply_bytes: int = _key(
+        1 << 20, _int(1024, 64 << 20), "a bigger upstream reply is refused, not read whole"
+    )
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,8 @@ from daemon.runtime import Runtime
 from daemon.screen.service import Screen
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
-from daemon.transports.http import HttpApi, security_middleware
+from daemon.transports import limits
+from daemon.transports.http import HttpApi, error_body, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
@@ -81,7 +83,10 @@ class Daemon:
         self.auth = Auth(config, load_or_create_token(config))
         self.app = web.Application(
             client_max_size=config.server.max_body_bytes,
-            middlewares=[security_middleware(self.auth)],
+            middlewares=[
+                limits.body_deadline(config.server.body_timeout_s),
+                security_middleware(self.auth),
+            ],
         )
         self.app["daemon"] = self
         self.app.add_routes(
@@ -103,7 +108,7 @@ class Daemon:
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
-            self.app.add_routes(sim_routes(self.backend.target))
+            self.app.add_routes(sim_routes(self.backend.target, self.auth))
         # Transports and services register what must run at stop, in reverse order.
         self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
         self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers
@@ -114,10 +119,25 @@ class Daemon:
 
     async def start(self) -> None:
         await self.backend.start()
-        self.runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        server = self.config.server
+        limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
+        # aiohttp's keepalive_timeout also runs from connect until the first request's header
+        # is whole: it is the header timeout as well as the idle limit.
+        self.runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,
+            access_log=None,
+            keepalive_timeout=server.header_timeout_s,
+        )
         await self.runner.setup()
-        for addr in self.config.server.listen:
-            await web.TCPSite(self.runner, addr, self.config.server.port).start()
+        busy = limits.too_many_connections("HTTP", server.max_connections, "server")
+        answer = limits.http_answer(
+            "503 Service Unavailable", json.dumps(error_body(busy)).encode()
+        )
+        for addr in server.listen:
+            await limits.CappedSite(
+                self.runner, addr, server.port, server.max_connections, answer
+            ).start()
         await self.ipc.start()
         self.on_stop.append(self.ipc.stop)  # closes the socket and removes its file
         log.info(
@@ -146,6 +166,7 @@ class Daemon:
 
 async def serve(config: Config) -> None:
     ensure_state_dir(config.state_dir)
+    limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
     daemon = Daemon(config)
     await daemon.start()
     stop = asyncio.Event()

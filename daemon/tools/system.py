@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from daemon.catalog import CallContext, ToolSpec, object_schema
+from daemon.catalog import CallContext, ToolSpec, object_schema, schema_errors
 from daemon.errors import ToolError
 from daemon.runtime import VERSION, Runtime
 
@@ -81,10 +82,93 @@ _WEATHER_ARGS = object_schema(
 )
 
 
+# What we read of Open-Meteo's replies: anything else in them is ignored, anything missing or of
+# the wrong type is the upstream's fault (weather_upstream_error), never ours (a 500).
+_GEO_REPLY = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "country": {"type": "string"},
+                    "timezone": {"type": "string"},
+                    "latitude": {"type": "number", "minimum": -90, "maximum": 90},
+                    "longitude": {"type": "number", "minimum": -180, "maximum": 180},
+                },
+                "required": ["latitude", "longitude"],
+            },
+        }
+    },
+}
+_FORECAST_REPLY = {
+    "type": "object",
+    "properties": {
+        "current": {"type": "object"},
+        "current_units": {"type": "object"},
+        "daily": {
+            "type": "object",
+            "properties": {"time": {"type": "array", "items": {"type": "string"}}},
+            "required": ["time"],
+            "additionalProperties": {"type": "array"},
+        },
+    },
+    "required": ["current", "daily"],
+}
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _bad_reply(message: str) -> ToolError:
+    return ToolError(
+        "weather_upstream_error",
+        f"weather service sent an unusable reply: {message}",
+        retryable=True,  # a captive portal or a proxy in the way answers HTML; it passes
+    )
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The body, read no further than `cap` bytes (an endless upstream costs `cap`, not RAM)."""
+    if (resp.content_length or 0) > cap:
+        raise _bad_reply(f"{resp.content_length} bytes, over [weather].max_reply_bytes ({cap})")
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(65536):
+        body += chunk
+        if len(body) > cap:
+            raise _bad_reply(f"over [weather].max_reply_bytes ({cap})")
+    return bytes(body)
+
+
+def _decode(body: bytes, schema: dict[str, Any]) -> Any:
+    try:
+        doc = json.loads(body, parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:  # HTML, truncated, NaN, nested too deep
+        raise _bad_reply(f"not JSON ({str(exc)[:80]})") from None
+    errors = schema_errors(schema, doc)
+    if errors:
+        raise _bad_reply(f"{errors[0]['path']}: {errors[0]['message'][:120]}")
+    return doc
+
+
+def _forecast_days(daily: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """One entry per day; a series not as long as `time` makes the reply unusable."""
+    days = len(daily["time"])
+    short = sorted(k for k, v in daily.items() if len(v) != days)
+    if short:
+        raise _bad_reply(f"daily series {', '.join(short)} do not have {days} values")
+    return [{key: series[i] for key, series in daily.items()} for i in range(days)]
+
+
 def weather_tool(rt: Runtime) -> ToolSpec:
     cfg = rt.config.weather
 
-    async def get_json(session: aiohttp.ClientSession, url: str, params: dict[str, Any]) -> Any:
+    async def get_json(
+        session: aiohttp.ClientSession, url: str, params: dict[str, Any], schema: dict[str, Any]
+    ) -> Any:
         try:
             async with session.get(url, params=params) as resp:
                 if resp.status != 200:
@@ -93,13 +177,14 @@ def weather_tool(rt: Runtime) -> ToolSpec:
                         f"weather service answered HTTP {resp.status}",
                         retryable=resp.status >= 500,
                     )
-                return await resp.json(content_type=None)
+                body = await _read_capped(resp, cfg.max_reply_bytes)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ToolError(
                 "weather_unavailable",
                 f"weather service unreachable ({type(exc).__name__}); the board may be offline",
                 retryable=True,
             ) from None
+        return _decode(body, schema)
 
     async def weather(args: dict[str, Any], ctx: CallContext) -> Any:
         timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
@@ -107,9 +192,12 @@ def weather_tool(rt: Runtime) -> ToolSpec:
             place: dict[str, Any]
             if "location" in args:
                 found = await get_json(
-                    session, cfg.geocoding_url, {"name": args["location"], "count": 1}
+                    session,
+                    cfg.geocoding_url,
+                    {"name": args["location"], "count": 1},
+                    _GEO_REPLY,
                 )
-                results = (found or {}).get("results") or []
+                results = found.get("results") or []
                 if not results:
                     raise ToolError(
                         "weather_location_not_found", f"no place called {args['location']!r}"
@@ -136,17 +224,13 @@ def weather_tool(rt: Runtime) -> ToolSpec:
                     "forecast_days": args.get("days", 3),
                     "timezone": "auto",
                 },
+                _FORECAST_REPLY,
             )
-        daily = data.get("daily") or {}
-        days = [
-            {key: daily[key][i] for key in daily if isinstance(daily.get(key), list)}
-            for i in range(len(daily.get("time") or []))
-        ]
         return {
             "location": place,
-            "current": data.get("current") or {},
+            "current": data["current"],
             "units": data.get("current_units") or {},
-            "forecast": days,
+            "forecast": _forecast_days(data["daily"]),
         }
 
     return ToolSpec(

@@ -10,7 +10,8 @@ Status mapping (every body has the same JSON shape as a success; `error` carries
   404  tool_not_found (unknown or internal tool)
   413  request_too_large
   500  tool_execution_exception, tool_result_schema_invalid (a bug on our side)
-  503  tool_unavailable (e.g. capture gone; retryable, details say how to fix it)
+  503  tool_unavailable (e.g. capture gone; retryable, details say how to fix it),
+       too_many_connections ([server].max_connections reached; retryable)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ STATUS = {
     "tool_execution_exception": 500,
     "tool_result_schema_invalid": 500,
     "tool_unavailable": 503,
+    "too_many_connections": 503,
 }
 
 
@@ -247,6 +249,11 @@ def error_body(error: ToolError) -> dict[str, Any]:
     }
 
 
+def error_response(error: ToolError) -> web.Response:
+    """An error raised outside any tool call, with the same body shape and status mapping."""
+    return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
+
+
 def security_middleware(auth: Auth) -> Any:
     """Refuse foreign Host headers and cross-site browser requests before any handler runs,
     so a web page open on the target cannot drive it."""
@@ -261,7 +268,7 @@ def security_middleware(auth: Auth) -> Any:
                 "origin_not_allowed", f"Origin {request.headers.get('Origin')!r} is not ours"
             )
         if error is not None:
-            return web.json_response(error_body(error), status=403)
+            return error_response(error)
         response: web.StreamResponse = await handler(request)
         return response
 

@@ -14,9 +14,12 @@ whenever the reply is a rejection (so a client can say why):
     {"id": 3, "reply": {"type": "rejected", "failure": "UNKNOWN_TOOL"},
      "error": {"code": "tool_not_found", "message": "...", "retryable": false}}
 
-Responses may come out of order. A connection-level problem (peer not allowed, frame over
-[ipc].max_frame_bytes, a frame that is not a msgpack map with an id) gets one response with id
-nil and the connection is closed; the daemon goes on serving everyone else. At EOF, requests
+Responses may come out of order. A connection-level problem (more than [ipc].max_connections
+open: too_many_connections; peer not allowed; frame over [ipc].max_frame_bytes; a frame that is
+not a msgpack map with an id) gets one response with id nil and the connection is closed; the
+daemon goes on serving everyone else. A connection that sends nothing for [ipc].idle_timeout_s
+while none of its requests runs, or does not finish a frame that long after its first byte, is
+closed without a reply. At EOF, requests
 already read still run and are answered (a half-closed client can read them).
 
 The reply mapping lives here, once (see FAILURES and reply_for); whether a successful result is
@@ -48,6 +51,7 @@ import structlog
 from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
+from daemon.transports.limits import Throttled, too_many_connections
 
 log = structlog.get_logger("daemon.transports.ipc")
 
@@ -293,6 +297,8 @@ class IpcServer:
         self._server: asyncio.Server | None = None
         self._inode: tuple[int, int] | None = None
         self._connections: set[asyncio.Task[Any]] = set()
+        self._refused = Throttled("ipc_connection_refused")
+        self._idle = Throttled("ipc_connection_timed_out")
 
     async def start(self) -> None:
         sock = bind_socket(self.cfg)
@@ -331,6 +337,12 @@ class IpcServer:
                 await writer.drain()
 
         try:
+            # The cap first: it is what keeps fds for everyone else when one client floods.
+            if len(self._connections) > self.cfg.max_connections:
+                self._refused(max_connections=self.cfg.max_connections)
+                busy = too_many_connections("IPC", self.cfg.max_connections, "ipc")
+                await send(error_response(None, busy))
+                return
             peer = peer_of(writer.get_extra_info("socket"))
             if not self.access.allows(peer):
                 log.warning("ipc_peer_refused", peer=peer.describe(), groups=list(peer.groups))
@@ -348,6 +360,8 @@ class IpcServer:
             await self._requests(reader, send, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; nothing to answer
+        except TimeoutError:
+            self._idle(idle_timeout_s=self.cfg.idle_timeout_s)  # slow or idle: closed
         finally:
             self._connections.discard(task)
             writer.close()
@@ -374,12 +388,15 @@ class IpcServer:
         try:
             while True:
                 try:
-                    header = await reader.readexactly(HEADER_BYTES)
-                except asyncio.IncompleteReadError as exc:
-                    if exc.partial:
-                        raise  # gone in the middle of a frame
+                    first = await self._first_byte(reader, in_flight)
+                except asyncio.IncompleteReadError:
                     break  # EOF between frames: a clean end
-                size = int.from_bytes(header, "big")
+                # A frame once begun must be whole within the idle timeout (TimeoutError closes).
+                async with asyncio.timeout(self.cfg.idle_timeout_s):
+                    header = first + await reader.readexactly(HEADER_BYTES - 1)
+                    size = int.from_bytes(header, "big")
+                    if size <= self.cfg.max_frame_bytes:
+                        body = await reader.readexactly(size)
                 if size > self.cfg.max_frame_bytes:
                     await self._refuse(
                         send,
@@ -392,7 +409,6 @@ class IpcServer:
                         ),
                     )
                     return
-                body = await reader.readexactly(size)
                 try:
                     request = decode_request(body)
                 except ToolError as exc:
@@ -411,6 +427,17 @@ class IpcServer:
             for t in in_flight:
                 t.cancel()  # HID invocations go on: the catalog shields them from their caller
             await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _first_byte(self, reader: asyncio.StreamReader, in_flight: set[Any]) -> bytes:
+        """The first byte of the next frame. A client may wait as long as its requests run;
+        with none running, silence for [ipc].idle_timeout_s is TimeoutError."""
+        while True:
+            try:
+                async with asyncio.timeout(self.cfg.idle_timeout_s):
+                    return await reader.readexactly(1)
+            except TimeoutError:
+                if not in_flight:
+                    raise
 
     async def _refuse(self, send: Send, peer: Peer, error: ToolError) -> None:
         log.warning(

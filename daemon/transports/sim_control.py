@@ -1,6 +1,7 @@
 """Dev/test control of the simulated target over HTTP (only mounted with backend = simulated):
 observe its state and inject the faults a real board has. The actions live in daemon.sim.control;
-this is only their route."""
+this is only their route. Who may call it is the tools API's rule (Auth.require_token_for):
+observing is a read, a fault is a write."""
 
 from __future__ import annotations
 
@@ -9,22 +10,37 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from daemon.auth import Auth
 from daemon.errors import ToolError
 from daemon.sim.control import control
+from daemon.transports.http import error_response
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
-def routes(target: SimTarget) -> list[web.RouteDef]:
+def routes(target: SimTarget, auth: Auth) -> list[web.RouteDef]:
+    def check(request: web.Request, action: str, policy: str) -> None:
+        client = auth.client(request.headers.get("Authorization"), None)
+        auth.require_token_for(f"sim/{action}", policy, client, request.remote)
+
     async def state(request: web.Request) -> web.Response:
+        try:
+            check(request, "state", "read")
+        except ToolError as exc:
+            return error_response(exc)
         return web.json_response(await control(target, "state"))
 
     async def act(request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        try:
+            check(request, action, "write")
+        except ToolError as exc:
+            return error_response(exc)
         body = await request.text()
         try:
             args = json.loads(body) if body.strip() else {}
-            return web.json_response(await control(target, request.match_info["action"], args))
+            return web.json_response(await control(target, action, args))
         except (ValueError, ToolError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -56,9 +57,11 @@ class DaemonProcess:
         tmp: Path,
         overrides: dict[str, dict[str, Any]] | None = None,
         env: dict[str, str] | None = None,
+        nofile: int | None = None,
     ):
         self.tmp = tmp
         self.extra_env = env or {}
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the daemon, None = ours
         self.port = free_port()
         self.state_dir = tmp / "state"
         tables: dict[str, dict[str, Any]] = {
@@ -103,6 +106,7 @@ class DaemonProcess:
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=self._limits if self.nofile is not None else None,
         )
         self.notifications: list[str] = []
         deadline = time.monotonic() + timeout
@@ -123,6 +127,10 @@ class DaemonProcess:
             notify.close()
             self.kill()
             raise
+
+    def _limits(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def drain_notifications(self) -> list[str]:
         if not hasattr(self, "_notify"):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import BOARD_CONFIG
+from daemon.config import BOARD_CONFIG, IpcConfig, ServerConfig
+from daemon.transports.limits import FD_RESERVE
 from gadget.cli import DEFAULT_CONFIG
 from gadget.profiles import INSTANCES
 from gadget.settings import GadgetSettings
@@ -88,6 +89,18 @@ def test_units_name_the_gadget_tree_the_gadget_package_builds() -> None:
     assert "Requires=fingertip-gadget.service" in UNITS["fingertip.service"]
     assert re.search(r"^Type=notify$", UNITS["fingertip.service"], re.M)
     assert re.search(r"^WatchdogSec=", UNITS["fingertip.service"], re.M)
+
+
+def test_the_fd_limit_covers_the_connection_caps() -> None:
+    """Without LimitNOFILE the daemon ran under whatever it was given, and past the fds accept()
+    fails for everyone; the default caps plus the reserve must fit under the unit's limit."""
+    unit = UNITS["fingertip.service"]
+    limit = re.search(r"^LimitNOFILE=(\d+)$", unit, re.M)
+    assert limit, "fingertip.service sets no LimitNOFILE"
+    caps = ServerConfig().max_connections + IpcConfig().max_connections
+    assert caps + FD_RESERVE <= int(limit.group(1))
+    # The daemon ends its shell sessions' children itself; the cgroup is swept after it.
+    assert re.search(r"^KillMode=mixed$", unit, re.M)
 
 
 def test_udev_helper_knows_the_hid_instances() -> None:

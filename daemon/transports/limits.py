@@ -1,0 +1,189 @@
+"""What a slow, idle or too numerous client may hold: the connection-level rules of the network
+transports, once.
+
+- HTTP header timeout: aiohttp's own keepalive_timeout (set by daemon.service from
+  [server].header_timeout_s) closes a connection that has not sent a whole request header that
+  long after connecting or after its last response. aiohttp has no body timeout:
+  `body_deadline` closes a connection whose request body is not whole [server].body_timeout_s
+  after its header.
+- Connection caps: `CappedSite` answers a TCP connection over [server].max_connections with one
+  503 too_many_connections and closes it; the IPC server applies [ipc].max_connections itself.
+- Accept errors (EMFILE when the fds run out) and refusals are logged once per interval with a
+  count, never once per attempt: an attacker sets the pace of attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import resource
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from daemon.errors import ToolError
+
+log = structlog.get_logger("daemon.transports.limits")
+
+LOG_INTERVAL_S = 10.0
+# A refused connection is read (and what it sends dropped) this long at most, so the close after
+# the 503 is an orderly one, not a reset that can discard the answer before the client reads it.
+REFUSE_LINGER_S = 1.0
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class Throttled:
+    """A warning that may repeat at an attacker's pace: logged at most once per interval; the
+    next line says how many were left out in between."""
+
+    def __init__(self, event: str, interval: float = LOG_INTERVAL_S):
+        self.event = event
+        self.interval = interval
+        self._next = 0.0
+        self._suppressed = 0
+
+    def __call__(self, **fields: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        log.warning(self.event, suppressed=self._suppressed, **fields)
+        self._next, self._suppressed = now + self.interval, 0
+
+
+def too_many_connections(transport: str, cap: int, key: str) -> ToolError:
+    return ToolError(
+        "too_many_connections",
+        f"{transport} has {cap} open connections, its limit ([{key}].max_connections); "
+        "retry shortly",
+        retryable=True,
+        details={"max_connections": cap},
+    )
+
+
+def throttle_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio reports every failed accept() (and on Python 3.11 retries it up to the backlog
+    within one tick) through the loop's exception handler, with a traceback each: out of fds
+    that is thousands of lines a second. Those become one line per interval."""
+    accept_failed = Throttled("accept_failed")
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if "socket" in context and isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES:
+            accept_failed(error=str(exc), fd_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+class _Refuse(asyncio.Protocol):
+    """One connection over the cap: a 503 answer, then an orderly close."""
+
+    def __init__(self, answer: bytes):
+        self.answer = answer
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(self.answer)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.timer = asyncio.get_running_loop().call_later(REFUSE_LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # the request is not read: it is refused whatever it says
+
+    def eof_received(self) -> bool:
+        return False  # close now: the client has read the answer or does not care
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def http_answer(status: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class CappedSite(web.TCPSite):
+    """A TCPSite whose runner serves at most `cap` connections (over all its sites together);
+    one more gets `answer` (a whole HTTP response) and is closed."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, cap: int, answer: bytes):
+        super().__init__(runner, host, port)
+        self._cap = cap
+        self._answer = answer
+        self._refused = Throttled("http_connection_refused")
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner, like TCPSite
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        # aiohttp counts a connection from its connection_made, which asyncio runs one loop turn
+        # after this factory; a burst of accepts in one turn would pass the cap uncounted. So a
+        # new handler also counts as pending until two turns later, when it is registered.
+        pending = 0
+
+        def registered() -> None:
+            nonlocal pending
+            pending -= 1
+
+        def factory() -> asyncio.Protocol:
+            nonlocal pending
+            if len(server.connections) + pending >= self._cap:
+                self._refused(code="too_many_connections", max_connections=self._cap)
+                return _Refuse(self._answer)
+            pending += 1
+            loop.call_soon(loop.call_soon, registered)
+            return server()
+
+        self._server = await loop.create_server(
+            factory, self._host, self._port, backlog=self._backlog
+        )
+
+
+def body_deadline(timeout: float) -> Any:
+    """aiohttp reads a request body for as long as the client takes to send it: a body not whole
+    `timeout` seconds after its header closes the connection (its handler is cancelled)."""
+    cut = Throttled("http_body_timeout")
+
+    def expire(request: web.Request) -> None:
+        if not request.content.is_eof() and request.transport is not None:
+            cut(timeout_s=timeout, remote=request.remote)
+            request.transport.close()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        timer = None
+        if request.body_exists and not request.content.is_eof():
+            timer = asyncio.get_running_loop().call_later(timeout, expire, request)
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    return middleware
+
+
+# Fds beside the connections: listening sockets, HID and capture devices, shell pipes (3 per
+# command), the weather client, Python's own.
+FD_RESERVE = 128
+
+
+def check_fd_budget(*caps: int) -> None:
+    """Warn at start when the connection caps cannot all be served under the fd limit: past it,
+    accept() fails (EMFILE) for everyone instead of the surplus being refused."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    needed = sum(caps) + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        log.warning("fd_limit_below_connection_caps", fd_limit=soft, needed=needed)

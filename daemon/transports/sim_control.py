@@ -4,13 +4,13 @@ this is only their route."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from daemon.errors import ToolError
 from daemon.sim.control import control
+from daemon.wire import loads
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
@@ -21,9 +21,9 @@ def routes(target: SimTarget) -> list[web.RouteDef]:
         return web.json_response(await control(target, "state"))
 
     async def act(request: web.Request) -> web.Response:
-        body = await request.text()
+        body = await request.read()
         try:
-            args = json.loads(body) if body.strip() else {}
+            args = loads(body) if body.strip() else {}
             return web.json_response(await control(target, request.match_info["action"], args))
         except (ValueError, ToolError) as exc:
             return web.json_response({"error": str(exc)}, status=400)

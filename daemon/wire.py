@@ -88,7 +88,7 @@ def check(value: Any) -> None:
             continue
         if isinstance(v, float):
             if not math.isfinite(v):
-                raise WireError(path, f"{v} is not JSON: only finite numbers are")
+                raise WireError(path, f"{v} is not a finite number (JSON has no NaN or Infinity)")
         elif isinstance(v, str):
             if not _text_ok(v):
                 raise WireError(path, "the string is not valid Unicode (a lone surrogate)")

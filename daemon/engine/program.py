@@ -96,7 +96,7 @@ def bound(total_ms: float, steps: int, path: str = "$", what: str = "the program
     """Refuse a program (or the part of it about to be built) over the bounds: `total_ms` is
     its end, `steps` its report count. The one rule; builders call it before they grow."""
     if not total_ms <= MAX_PROGRAM_MS:  # also NaN and infinity (a speed near zero)
-        took = f"{total_ms / 1000:.1f} s" if math.isfinite(total_ms) else "forever"
+        took = f"{round(total_ms) / 1000:g} s" if math.isfinite(total_ms) else "forever"
         raise invalid(
             path,
             f"{what} would take {took}; one call's program takes at most "

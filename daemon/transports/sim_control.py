@@ -24,8 +24,11 @@ def routes(target: SimTarget) -> list[web.RouteDef]:
         body = await request.read()
         try:
             args = loads(body) if body.strip() else {}
+            if not isinstance(args, dict):
+                raise ValueError("the body must be a JSON object")
             return web.json_response(await control(target, request.match_info["action"], args))
         except (ValueError, ToolError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            code = exc.code if isinstance(exc, ToolError) else "tool_call_payload_invalid"
+            return web.json_response({"error": str(exc), "code": code}, status=400)
 
     return [web.get("/api/sim/state", state), web.post("/api/sim/{action}", act)]

@@ -468,8 +468,19 @@ def test_deep_json_gets_a_json_refusal(target: DaemonProcess, path: str) -> None
     elif path.startswith("/api/tools"):
         assert doc["error"]["code"] == "tool_call_payload_invalid"
     else:
-        assert "nesting" in doc["error"]
+        assert doc["code"] == "tool_call_payload_invalid" and "nesting" in doc["error"]
     still_fine(target)
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'"full"', b"NaN", b'{"name":"\\ud800"}'])
+def test_sim_control_refuses_what_is_not_a_json_object_with_a_code(
+    target: DaemonProcess, body: bytes
+) -> None:
+    """POST /api/sim/profile with [1] was a plain-text 500 (args.get on a list)."""
+    status, kind, raw = post(target, "/api/sim/profile", body)
+    doc = strict_json(kind, raw)
+    assert status == 400 and doc["code"] == "tool_call_payload_invalid", doc
+    assert target.sim_state()["profile"] == "full"
 
 
 def ipc_exchange(d: DaemonProcess, frame_body: bytes) -> dict[str, Any] | None:

@@ -408,12 +408,12 @@ def atomic(
             p = Point(a["x"], a["y"])
             assert tl.at is not None
             if a.get("duration_ms") is not None:
-                ms, param = float(a["duration_ms"]), "duration_ms"
+                ms, where = float(a["duration_ms"]), f"{path}.duration_ms"
             elif a.get("speed") is not None:
-                ms, param = tl.at.distance(p) / float(a["speed"]) * 1000, "speed"
+                ms, where = tl.at.distance(p) / float(a["speed"]) * 1000, f"{path}.speed"
             else:
-                ms, param = 0.0, "x"
-            bound(tl.t + ms, len(tl.steps), f"{path}.{param}", f"the program up to action {i}")
+                ms, where = 0.0, path
+            bound(tl.t + ms, len(tl.steps), where, f"the program up to action {i}")
             tl.timed_move(p, ms)
         elif kind == "wait":
             ms = float(a["duration_ms"])

@@ -607,8 +607,11 @@ def test_upstream_nan_never_reaches_an_mcp_reply(make_daemon: Any) -> None:
 def test_nan_in_the_config_file_is_refused_by_name(tmp_path: Path) -> None:
     """TOML has nan and inf: `tap_hold_ms = nan` passed every schema bound."""
     d = DaemonProcess(tmp_path, {"input": {"tap_hold_ms": math.nan}})
-    with pytest.raises(RuntimeError, match=r"input\.tap_hold_ms: nan is not a finite number"):
-        d.start(timeout=20)
+    try:
+        with pytest.raises(RuntimeError, match=r"input\.tap_hold_ms: nan is not a finite number"):
+            d.start(timeout=20)
+    finally:
+        d.kill()  # on a daemon that took the file, stop it too
 
 
 # -- the corpus, transport by transport -----------------------------------------------------

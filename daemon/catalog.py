@@ -21,6 +21,7 @@ import jsonschema
 import structlog
 
 from daemon.errors import ToolError
+from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.catalog")
 
@@ -381,6 +382,12 @@ class Catalog:
     # -- calls ------------------------------------------------------------------------------
 
     def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
+        try:  # the edge rule again, for any caller that skipped it: NaN passes every bound
+            check(args)
+        except WireError as exc:
+            raise validation_error(
+                [{"path": exc.path, "code": "value_invalid", "message": exc.reason}]
+            ) from None
         if spec.precheck is not None:
             spec.precheck(args)
         errors = schema_errors(self.args_schema(spec), args)
@@ -442,6 +449,10 @@ class Catalog:
                 spec, args, ctx, spec.timeout_s or self.tool_timeout_s
             )
         errors = schema_errors(spec.result_schema, result)
+        try:  # a reply never carries NaN, Infinity or a string it cannot encode
+            check(result)
+        except WireError as exc:
+            errors += [{"path": exc.path, "code": "value_invalid", "message": exc.reason}]
         if errors:
             log.error("tool_result_invalid", tool=spec.name, errors=errors)
             raise validation_error(errors, "result")

@@ -1,7 +1,8 @@
 """fingertip: the one-shot Tool RPC process over the daemon's local socket.
 
-Startup is a product feature: this module imports only argparse, json, os, socket, sys and
-msgpack — nothing from daemon/ (that would pull in structlog, jsonschema, aiohttp, OpenCV).
+Startup is a product feature: this module imports only argparse, json, os, socket, sys,
+msgpack and daemon.wire (the edge rule every transport shares, stdlib only) — nothing else from
+daemon/ (that would pull in structlog, jsonschema, aiohttp, OpenCV).
 The reply union comes from the daemon (daemon/transports/ipc.py); here are only the failures
 that happen on this side of the socket. The wire format is described in that module.
 """
@@ -9,12 +10,13 @@ that happen on this side of the socket. The wire format is described in that mod
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
 
 import msgpack
+
+from daemon import wire
 
 DEFAULT_SOCKET = "/run/fingertip/ipc.sock"
 STDIN_LIMIT = 1 << 20
@@ -121,19 +123,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _not_json(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def read_arguments(data: bytes) -> dict[str, object]:
     """stdin's bytes (read up to STDIN_LIMIT + 1) as the one JSON object of arguments."""
     if len(data) > STDIN_LIMIT:
         raise Rejected("REQUEST_TOO_LARGE", f"stdin is over {STDIN_LIMIT} bytes")
     try:
-        value = json.loads(data.decode("utf-8"), parse_constant=_not_json)
+        value = wire.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise Rejected("INVALID_ARGUMENTS", f"stdin is not UTF-8: {exc}") from None
-    except (ValueError, RecursionError) as exc:
+    except wire.WireError as exc:  # not JSON, NaN, a lone surrogate, nested too deep
         raise Rejected("INVALID_ARGUMENTS", f"stdin is not one JSON object: {exc}") from None
     if not isinstance(value, dict):
         raise Rejected("INVALID_ARGUMENTS", "stdin must be one JSON object, e.g. {}")
@@ -229,9 +227,12 @@ def run(args: argparse.Namespace, stdin: bytes | None) -> dict[str, object]:
     return reply
 
 
+_encode = wire.encoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encode(reply: dict[str, object]) -> bytes:
     try:
-        text = json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _encode(reply)
     except (TypeError, ValueError) as exc:
         print(f"fingertip: the reply is not JSON: {exc}", file=sys.stderr)
         return b'{"type":"rejected","failure":"INVALID_RESULT"}\n'

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from daemon.wire import WireError, check
 from gadget.settings import GadgetSettings
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
@@ -344,6 +345,10 @@ def _describe(err: jsonschema.ValidationError) -> str:
 
 def from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> Config:
     """Validate a parsed TOML document and build the Config (ConfigError names the key)."""
+    try:  # TOML has nan and inf, which pass every schema bound: the edge rule refuses them
+        check(dict(data))
+    except WireError as exc:
+        raise ConfigError(f"{source}: {exc.path.removeprefix('$.')}: {exc.reason}") from None
     errors = sorted(_VALIDATOR.iter_errors(dict(data)), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(f"{source}: {_describe(errors[0])}")

@@ -97,6 +97,7 @@ class Session:
             raise RuntimeError("session already finished")
         if not program:
             return
+        prog.checked(program)  # the bounds, whoever built it: refused before its first report
         want = required_profile(program, self.engine.isolates)
         if want is not None:
             await self.engine.use_profile(want, self)

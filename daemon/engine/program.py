@@ -41,6 +41,17 @@ SCROLL_DISTANCE = 400.0
 WHEEL_UNITS_PER_TICK = 100.0  # a desktop "scroll" gesture turns the wheel once per 100 units
 SHIFT_BITS = reports.MOD_LSHIFT | reports.MOD_RSHIFT
 
+# The bounds of one program (one gesture, chord or text), checked whole before its first report
+# (see `bound`), so nothing half-runs and no call holds a contact or key longer than its own
+# program says. Two minutes leave room for the longest single wait the tool schemas allow
+# (60 s) and the motion around it. 20000 reports cover the longest text (5000 characters, a
+# press and a release each) and are a few MB at most (a Step is about 150 bytes).
+MAX_PROGRAM_MS = 120_000.0
+MAX_PROGRAM_STEPS = 20_000
+# The slowest swipe or move the schemas take, in normalized units per second: slower ones hold
+# the contact for minutes (a full-screen swipe at 10 units/s takes 100 s).
+MIN_SPEED = 10.0
+
 Direction = Literal["up", "down", "left", "right"]
 DIRECTIONS: dict[str, tuple[int, int]] = {
     "up": (0, -1),
@@ -79,6 +90,31 @@ class Point:
 def invalid(path: str, message: str, code: str = "value_invalid") -> ToolError:
     """An argument error found after the schema (cross-field rules), in the catalog's shape."""
     return validation_error([{"path": path, "code": code, "message": message}])
+
+
+def bound(total_ms: float, steps: int, path: str = "$", what: str = "the program") -> None:
+    """Refuse a program (or the part of it about to be built) over the bounds: `total_ms` is
+    its end, `steps` its report count. The one rule; builders call it before they grow."""
+    if not total_ms <= MAX_PROGRAM_MS:  # also NaN and infinity (a speed near zero)
+        took = f"{round(total_ms) / 1000:g} s" if math.isfinite(total_ms) else "forever"
+        raise invalid(
+            path,
+            f"{what} would take {took}; one call's program takes at most "
+            f"{MAX_PROGRAM_MS / 1000:g} s: use a higher speed or shorter durations",
+            "maximum_invalid",
+        )
+    if steps > MAX_PROGRAM_STEPS:
+        raise invalid(
+            path,
+            f"{what} would send {steps} reports; one call sends at most {MAX_PROGRAM_STEPS}",
+            "maximum_invalid",
+        )
+
+
+def checked(program: Program) -> Program:
+    """`program` if it is within the bounds (see `bound`), else the refusal."""
+    bound(duration_ms(program), len(program))
+    return program
 
 
 def normalize(x: float, y: float, path: str, size: tuple[int, int] | None = None) -> Point:
@@ -167,6 +203,7 @@ class PointerTimeline:
         self.at = p
 
     def wait(self, ms: float) -> PointerTimeline:
+        bound(self.t + ms, len(self.steps))
         self.t += max(0.0, ms)
         return self
 
@@ -194,6 +231,7 @@ class PointerTimeline:
         if self.at is None:
             raise ValueError("move needs a known start")
         a, t0, n = self.at, self.t, max(1, steps)
+        bound(t0 + duration_ms, len(self.steps) + n)  # before a single step is built
         for i in range(1, n + 1):
             f = i / n
             self.t = t0 + duration_ms * f
@@ -202,6 +240,7 @@ class PointerTimeline:
 
     def timed_move(self, p: Point, duration_ms: float) -> PointerTimeline:
         """A move at the configured report interval (atomic move_to, drag)."""
+        bound(self.t + duration_ms, len(self.steps))  # an infinite duration has no step count
         steps = max(1, math.ceil(duration_ms / self.cfg.move_interval_ms - 1e-9))
         return self.move(p, duration_ms, steps if duration_ms > 0 else 1)
 
@@ -282,7 +321,7 @@ def resolve_swipe(
         raise invalid("$.speed", "speed must be positive")
     if end is not None:
         ms = duration_ms if duration_ms is not None else start.distance(end) / speed * 1000
-        return Swipe(start, end, ms, hold_before_ms, hold_after_ms, steps)
+        return _bounded(Swipe(start, end, ms, hold_before_ms, hold_after_ms, steps), duration_ms)
     dx, dy = DIRECTIONS[str(direction)]
     travel = math.inf if duration_ms is None else speed * duration_ms / 1000
     room = (
@@ -290,7 +329,16 @@ def resolve_swipe(
     )
     travel = min(travel, room)
     stop = Point(start.x + dx * travel, start.y + dy * travel)
-    return Swipe(start, stop, travel / speed * 1000, hold_before_ms, hold_after_ms, steps)
+    ms = travel / speed * 1000
+    return _bounded(Swipe(start, stop, ms, hold_before_ms, hold_after_ms, steps), duration_ms)
+
+
+def _bounded(s: Swipe, duration_ms: float | None) -> Swipe:
+    """The swipe, if its motion and dwells fit one program; the refusal names what set them."""
+    param = "$.speed" if duration_ms is None else "$.duration_ms"
+    total = s.hold_before_ms + s.duration_ms + s.hold_after_ms
+    bound(total, s.steps, param, f"the swipe ({s.duration_ms / 1000:.1f} s of motion)")
+    return s
 
 
 def swipe(cfg: InputConfig, ptr: Pointer, s: Swipe, at: Point | None = None) -> Program:
@@ -360,14 +408,17 @@ def atomic(
             p = Point(a["x"], a["y"])
             assert tl.at is not None
             if a.get("duration_ms") is not None:
-                ms = float(a["duration_ms"])
+                ms, where = float(a["duration_ms"]), f"{path}.duration_ms"
             elif a.get("speed") is not None:
-                ms = tl.at.distance(p) / float(a["speed"]) * 1000
+                ms, where = tl.at.distance(p) / float(a["speed"]) * 1000, f"{path}.speed"
             else:
-                ms = 0.0
+                ms, where = 0.0, path
+            bound(tl.t + ms, len(tl.steps), where, f"the program up to action {i}")
             tl.timed_move(p, ms)
         elif kind == "wait":
-            tl.wait(float(a["duration_ms"]))
+            ms = float(a["duration_ms"])
+            bound(tl.t + ms, len(tl.steps), f"{path}.duration_ms", f"the program up to action {i}")
+            tl.wait(ms)
         elif kind == "touch_up":
             if not tl.down:
                 raise invalid(path, "touch_up without a touch_down before it")
@@ -505,7 +556,7 @@ def chord(cfg: InputConfig, keys: Sequence[keymap.Key], repeat: int = 1) -> Prog
         tail = _release_tail(t, "keyboard", reports.KEYBOARD_RELEASE, cfg)
         steps += tail
         t = tail[-1].at_ms
-    return steps
+    return checked(steps)
 
 
 def consumer_tap(cfg: InputConfig, usage: int, repeat: int = 1) -> Program:
@@ -549,7 +600,7 @@ def typing(cfg: InputConfig, strokes: Sequence[tuple[int, int]]) -> Program:
     if steps:
         last = steps[-1].at_ms
         steps += _release_tail(last, "keyboard", reports.KEYBOARD_RELEASE, cfg)[1:]
-    return steps
+    return checked(steps)  # refused before the invocation, so a tool typing it runs nothing
 
 
 def program_modifiers(program: Sequence[Step]) -> int:

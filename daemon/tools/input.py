@@ -52,6 +52,8 @@ COORD_SPACE = {
 }
 DIRECTION = {"enum": list(prog.DIRECTIONS)}
 _MS = {"type": "integer", "minimum": 0, "maximum": 60000}
+# A whole gesture also fits prog.MAX_PROGRAM_MS (checked on the built program).
+SPEED = {"type": "number", "minimum": prog.MIN_SPEED, "maximum": 100000}
 
 
 def gestures_for(platform: str) -> tuple[str, ...]:
@@ -59,24 +61,25 @@ def gestures_for(platform: str) -> tuple[str, ...]:
 
 
 def _atomic_action_schema() -> dict[str, Any]:
+    """One action, chosen by its `action` (if/then rather than oneOf, so a refusal names the
+    bad field, e.g. $.actions[1].speed, instead of "not valid under any of the schemas")."""
     xy = {"x": _COORD, "y": _COORD}
+    kinds = {
+        "touch_down": object_schema({"action": {}, **xy}, ["x", "y"]),
+        "move_to": object_schema(
+            {"action": {}, **xy, "speed": SPEED, "duration_ms": _MS}, ["x", "y"]
+        ),
+        "wait": object_schema({"action": {}, "duration_ms": _MS}, ["duration_ms"]),
+        "touch_up": object_schema({"action": {}}),
+    }
     return {
-        "oneOf": [
-            object_schema({"action": {"const": "touch_down"}, **xy}, ["action", "x", "y"]),
-            object_schema(
-                {
-                    "action": {"const": "move_to"},
-                    **xy,
-                    "speed": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
-                    "duration_ms": _MS,
-                },
-                ["action", "x", "y"],
-            ),
-            object_schema(
-                {"action": {"const": "wait"}, "duration_ms": _MS}, ["action", "duration_ms"]
-            ),
-            object_schema({"action": {"const": "touch_up"}}, ["action"]),
-        ]
+        "type": "object",
+        "properties": {"action": {"enum": list(kinds)}},
+        "required": ["action"],
+        "allOf": [
+            {"if": {"properties": {"action": {"const": k}}}, "then": then}
+            for k, then in kinds.items()
+        ],
     }
 
 
@@ -120,9 +123,7 @@ def touch_gesture_schema(platform: str) -> dict[str, Any]:
                 "description": "scroll: how far, in normalized units",
             },
             "speed": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "maximum": 100000,
+                **SPEED,
                 "default": prog.SWIPE_SPEED,
                 "description": "swipe speed in normalized units per second",
             },
@@ -147,7 +148,8 @@ def touch_gesture_schema(platform: str) -> dict[str, Any]:
                 "items": _atomic_action_schema(),
                 "description": "advanced: one contact-preserving program of touch_down, "
                 "move_to (speed or duration_ms; neither = immediate), wait, touch_up; a "
-                "touch_down must be closed by touch_up",
+                "touch_down must be closed by touch_up; the whole program takes at most "
+                f"{prog.MAX_PROGRAM_MS / 1000:g} s",
             },
             "coord_space": COORD_SPACE,
         },

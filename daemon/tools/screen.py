@@ -28,7 +28,7 @@ SCREENSHOT_ARGS = object_schema(
     {
         "quality": {"type": "integer", "minimum": 1, "maximum": 100, "default": 80},
         "max_width": {"type": "integer", "minimum": 16, "maximum": 8192},
-        "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "scale": {"type": "number", "minimum": 0.01, "maximum": 1},  # 1 % of a 1080p frame: 19 px
         "format": {"enum": ["jpeg", "png"], "default": "jpeg"},
     }
 )

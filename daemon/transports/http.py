@@ -16,7 +16,6 @@ Status mapping (every body has the same JSON shape as a success; `error` carries
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +26,7 @@ from daemon.auth import Auth
 from daemon.catalog import Availability, CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.transports.skill_bundle import skill_bundle
+from daemon.wire import WireError, encoder, loads
 
 STATUS = {
     "tool_call_payload_invalid": 400,
@@ -78,11 +78,7 @@ def _with_runtime(entry: dict[str, Any], avail: Availability) -> dict[str, Any]:
 
 
 # Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+_dumps = encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def output_text(result: Any) -> str:
@@ -165,8 +161,8 @@ class HttpApi:
             doc: Any = {}
         else:
             try:
-                doc = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
+                doc = loads(body)
+            except WireError as exc:
                 raise _payload_error(f"body is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or set(doc) - {"input", "raw_input"}:
             raise _payload_error(
@@ -181,8 +177,8 @@ class HttpApi:
             if spec.input_mode == "text":
                 return {"input": raw}, raw
             try:
-                return (json.loads(raw) if raw.strip() else {}), raw
-            except ValueError as exc:
+                return (loads(raw) if raw.strip() else {}), raw
+            except WireError as exc:
                 raise _payload_error(
                     f"raw_input is not valid JSON for this json tool: {exc}"
                 ) from None
@@ -206,9 +202,14 @@ class HttpApi:
         duration_ms: int,
         called_at: float,
     ) -> web.Response:
+        try:
+            output = output_text(error.to_dict() if error else result)
+        except ValueError as exc:  # NaN in a result the catalog did not see: a bug, say so
+            error = ToolError("tool_result_schema_invalid", f"the result is not JSON: {exc}")
+            output = output_text(error.to_dict())
         body: dict[str, Any] = {
             "raw_input": raw_input or "",
-            "output": output_text(error.to_dict() if error else result),
+            "output": output,
             "is_error": error is not None,
             "duration_ms": duration_ms,
             "called_at": iso_utc(called_at),

@@ -52,6 +52,7 @@ from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
 from daemon.transports.limits import Throttled, too_many_connections
+from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.transports.ipc")
 
@@ -170,6 +171,14 @@ def decode_request(body: bytes) -> Request:
     request_id = message.get("id")
     if not isinstance(request_id, int | str) or isinstance(request_id, bool):
         raise ToolError("ipc_frame_invalid", "request has no id (int or str)")
+    try:  # the edge rule of every transport: finite numbers, valid strings, bounded depth
+        check(message)
+    except WireError as exc:
+        raise ToolError(
+            "tool_call_payload_invalid",
+            f"request is not plain JSON data: {exc}",
+            details={"id": request_id},
+        ) from None
     op, tool = message.get("op"), message.get("tool", "")
     if op not in ("catalog", "call"):
         raise _bad_request(request_id, f"op must be 'catalog' or 'call', not {op!r}")

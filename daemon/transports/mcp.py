@@ -15,7 +15,6 @@ correct them); only an unknown tool or malformed params are JSON-RPC errors.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import structlog
@@ -26,6 +25,7 @@ from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
 from daemon.runtime import VERSION
 from daemon.transports.ws_codec import IMAGE_TYPES, is_artifact
+from daemon.wire import encoder, loads
 
 log = structlog.get_logger("daemon.transports.mcp")
 
@@ -45,8 +45,9 @@ INSTRUCTIONS = (
 )
 
 
-# Built once: json.dumps with options builds a new encoder on every call (every reply).
-_ENCODER = json.JSONEncoder(ensure_ascii=False)
+# Built once: json.dumps with options builds a new encoder on every call (every reply). It
+# refuses NaN: a bare NaN in a JSON-RPC reply is not JSON (see _rpc_reply).
+_encode = encoder(ensure_ascii=False)
 
 
 class RpcError(Exception):
@@ -118,7 +119,7 @@ def tool_definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
 
 
 def _text(value: Any) -> dict[str, Any]:
-    text = value if isinstance(value, str) else _ENCODER.encode(value)
+    text = value if isinstance(value, str) else _encode(value)
     return {"type": "text", "text": text}
 
 
@@ -199,8 +200,8 @@ class McpEndpoint:
                 status=400,
             )
         try:
-            message = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as exc:
+            message = loads(await request.read())
+        except ValueError as exc:  # wire.WireError: not JSON, NaN, too deep, lone surrogate
             return _rpc_reply(None, error=RpcError(PARSE_ERROR, f"Parse error: {exc}"), status=400)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return _rpc_reply(
@@ -270,7 +271,12 @@ class McpEndpoint:
             guard=self.guard.lowered(client.max_policy),
             ctx=CallContext("mcp", client=request.remote or ""),
         )
-        return call_result(outcome)
+        try:
+            return call_result(outcome)
+        except ValueError as exc:  # NaN in a result the catalog did not see: a bug, say so
+            return error_result(
+                ToolError("tool_result_schema_invalid", f"the result is not JSON: {exc}")
+            )
 
     def _model_facing(self, name: str) -> ToolSpec:
         try:
@@ -295,4 +301,9 @@ def _rpc_reply(
         body["error"] = error.to_dict()
     else:
         body["result"] = result
-    return web.json_response(body, status=status, headers=headers, dumps=_ENCODER.encode)
+    try:
+        text = _encode(body)
+    except ValueError as exc:  # NaN or Infinity somewhere in the result: never send bare NaN
+        bad = RpcError(INTERNAL_ERROR, f"the result is not JSON: {exc}")
+        text = _encode({"jsonrpc": "2.0", "id": rid, "error": bad.to_dict()})
+    return web.json_response(text=text, status=status, headers=headers)

@@ -5,7 +5,6 @@ observing is a read, a fault is a write."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -14,6 +13,7 @@ from daemon.auth import Auth
 from daemon.errors import ToolError
 from daemon.sim.control import control
 from daemon.transports.http import error_response
+from daemon.wire import loads
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
@@ -37,11 +37,14 @@ def routes(target: SimTarget, auth: Auth) -> list[web.RouteDef]:
             check(request, action, "write")
         except ToolError as exc:
             return error_response(exc)
-        body = await request.text()
+        body = await request.read()
         try:
-            args = json.loads(body) if body.strip() else {}
+            args = loads(body) if body.strip() else {}
+            if not isinstance(args, dict):
+                raise ValueError("the body must be a JSON object")
             return web.json_response(await control(target, action, args))
         except (ValueError, ToolError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            code = exc.code if isinstance(exc, ToolError) else "tool_call_payload_invalid"
+            return web.json_response({"error": str(exc), "code": code}, status=400)
 
     return [web.get("/api/sim/state", state), web.post("/api/sim/{action}", act)]

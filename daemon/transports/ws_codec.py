@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode
 
+from daemon import wire
 from daemon.errors import ToolError
 
 CAPABILITY = "tool.exec"
@@ -70,27 +71,16 @@ class Envelope:
     payload: Any = None  # as received: possibly still wrapped (see unwrap_payload)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-# Built once: json.loads/json.dumps with non-default options build a new decoder or encoder on
-# every call, which is a measurable share of a tool call's own cost.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def loads_strict(text: str | bytes) -> Any:
-    """RFC 8259 JSON: NaN and Infinity, which Python accepts by default, are refused."""
-    if isinstance(text, str) and not text.startswith("\ufeff"):
-        return _DECODER.decode(text)
-    # bytes (json.loads detects their UTF encoding) or a BOM (which it refuses by name)
-    return json.loads(text, parse_constant=_reject_constant)
+# The edge rule (daemon.wire): NaN, Infinity, lone surrogates and deep nesting are refused.
+loads_strict = wire.loads
+# Built once: json.dumps with non-default options builds a new encoder on every call, which is
+# a measurable share of a tool call's own cost.
+_encode = wire.encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def dumps(value: Any) -> str:
     """Compact JSON, the contract's serialization (and the size the wrapper rule measures)."""
-    return _ENCODER.encode(value)
+    return _encode(value)
 
 
 def decode_envelope(text: str) -> Envelope | None:
@@ -101,7 +91,7 @@ def decode_envelope(text: str) -> Envelope | None:
     """
     try:
         obj = loads_strict(text)
-    except (ValueError, RecursionError) as exc:  # nesting deeper than the parser goes
+    except ValueError as exc:  # wire.WireError: not JSON, NaN, too deep, lone surrogate
         raise FrameViolation(WSCloseCode.INVALID_TEXT, f"message is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameViolation(WSCloseCode.INVALID_TEXT, "message is not a JSON object")
@@ -147,7 +137,7 @@ def encode_envelope(
     capability, payload. The payload arrives already serialized (and maybe wrapped), so it
     is encoded once; the head is strings only, each encoded alone (the same text `dumps` of
     the whole object gives, at a third of the cost on every reply)."""
-    quote = _ENCODER.encode
+    quote = _encode
     parts = ['{"type":', quote(kind), ',"id":', quote(message_id)]
     if reply_to is not None:
         parts += (',"replyTo":', quote(reply_to))
@@ -272,7 +262,7 @@ def unwrap_payload(payload: Any, max_bytes: int) -> Any:
         raise _wrapper_error("byte_count_mismatch", f"originalByteCount {original} != {len(raw)}")
     try:
         return loads_strict(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+    except ValueError as exc:  # wire.WireError; UnicodeDecodeError is a ValueError too
         raise _wrapper_error("invalid_json", f"decoded data is not JSON: {exc}") from None
 
 

@@ -666,7 +666,12 @@ def test_cli_imports_nothing_heavy(shared: DaemonProcess) -> None:
     assert json.loads(proc.stdout)["type"] == "catalog"  # the whole path ran
     new = json.loads(proc.stderr.splitlines()[-1])
     assert not [m for m in new if m.split(".")[0] in HEAVY]
-    assert [m for m in new if m.split(".")[0] == "daemon"] == ["daemon", "daemon.cli"]
+    # daemon.wire is the edge rule every transport shares: stdlib only.
+    assert [m for m in new if m.split(".")[0] == "daemon"] == [
+        "daemon",
+        "daemon.cli",
+        "daemon.wire",
+    ]
     outside = {m.split(".")[0] for m in new} - set(sys.stdlib_module_names)
     # msgpack's compiled extension brings its Cython runtime along.
     assert outside - {"cython_runtime"} <= {"daemon", "msgpack", *_cython(outside)}, outside

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from daemon.config import InputConfig
@@ -279,6 +281,59 @@ def test_atomic_programs_are_checked_whole(actions: list[dict[str, object]], pat
         prog.atomic(CFG, TOUCH, actions)
     assert e.value.code == "tool_arguments_invalid"
     assert e.value.details is not None and e.value.details["errors"][0]["path"] == path
+
+
+# --- bounds --------------------------------------------------------------------------------------
+
+
+def _refused_at(path: str, build: object) -> str:
+    with pytest.raises(ToolError) as e:
+        build()  # type: ignore[operator]
+    assert e.value.code == "tool_arguments_invalid"
+    assert e.value.details is not None
+    error = e.value.details["errors"][0]
+    assert error["path"] == path and error["code"] == "maximum_invalid", error
+    return str(error["message"])
+
+
+@pytest.mark.parametrize("speed", [1e-3, 1e-320, 5e-324])
+def test_a_crawling_move_is_refused_before_any_step_is_built(speed: float) -> None:
+    """speed 0.001 over 200 units once built 12 million steps; 1e-320 overflowed to inf."""
+    actions = [
+        {"action": "touch_down", "x": 500, "y": 500},
+        {"action": "move_to", "x": 700, "y": 500, "speed": speed},
+        {"action": "touch_up"},
+    ]
+    message = _refused_at("$.actions[1].speed", lambda: prog.atomic(CFG, TOUCH, actions))
+    assert "at most 120 s" in message
+
+
+def test_an_atomic_program_is_bounded_as_a_whole() -> None:
+    waits = [{"action": "wait", "duration_ms": 59000}] * 2
+    down, up = {"action": "touch_down", "x": 1, "y": 1}, {"action": "touch_up"}
+    program = prog.atomic(CFG, TOUCH, [down, *waits, up])  # 118 s and the release: within
+    assert 118000 < prog.duration_ms(program) <= prog.MAX_PROGRAM_MS
+    _refused_at("$.actions[3].duration_ms", lambda: prog.atomic(CFG, TOUCH, [down, *waits, *waits]))
+
+
+@pytest.mark.parametrize(
+    ("kw", "path"),
+    [({"speed": 1.0}, "$.speed"), ({"duration_ms": 121000}, "$.duration_ms")],
+)
+def test_a_swipe_over_the_bound_names_what_set_its_time(kw: dict[str, float], path: str) -> None:
+    _refused_at(path, lambda: prog.resolve_swipe(Point(500, 900), end=Point(500, 100), **kw))
+    if "speed" in kw:  # with a direction, duration_ms sets the travel (to the edge at most)
+        _refused_at(path, lambda: prog.resolve_swipe(Point(500, 900), direction="up", **kw))
+
+
+def test_typing_and_timelines_are_checked_when_built() -> None:
+    slow = InputConfig(typing_rate_cps=1)
+    _refused_at("$", lambda: prog.typing(slow, [(4, 0)] * 200))  # 200 s of typing
+    tl = prog.PointerTimeline(CFG, TOUCH).press(Point(1, 1))
+    _refused_at("$", lambda: tl.move(Point(2, 2), 1000, prog.MAX_PROGRAM_STEPS + 1))
+    assert tl.steps == [P(0, touch(1, 1, True))]  # nothing was appended
+    _refused_at("$", lambda: tl.wait(math.nan))
+    assert prog.checked(prog.tap(CFG, TOUCH, Point(1, 1)))
 
 
 # --- drag ----------------------------------------------------------------------------------------

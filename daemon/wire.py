@@ -1,0 +1,128 @@
+"""The one rule for data crossing the daemon's edge, in both directions, for every transport.
+
+In (HTTP, MCP, WebSocket, /api/sim, IPC, the CLI's stdin, the config file), a value is
+accepted only as plain JSON data:
+- numbers are finite: NaN and ±Infinity (and literals like 1e400 that overflow to it) are
+  refused, because every comparison with NaN is false, so NaN passes any schema bound and then
+  poisons timers, geometry and encoders;
+- strings are valid Unicode: a lone surrogate ("\\ud800") cannot be encoded as UTF-8, so a reply
+  echoing it could not be sent;
+- containers nest at most MAX_DEPTH deep (no tool argument or envelope comes close to it), so
+  no validator, encoder or log line recurses without bound;
+- only null, booleans, numbers, strings, arrays and objects with string keys (msgpack could
+  carry more).
+
+Out, `encoder` builds the replies' JSON encoders: NaN is refused (ValueError, which each
+transport turns into its stable error) and a lone surrogate that reached a reply anyway (a
+tool's text) becomes U+FFFD instead of an unencodable reply.
+
+Pure and stdlib-only: the one-shot CLI imports this module and must stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+MAX_DEPTH = 32  # nested arrays/objects; the deepest real request (a WS batch call) is about 8
+
+
+class WireError(ValueError):
+    """A value that breaks the edge rule; `path` points at it ($ is the whole value)."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}" if path != "$" else message)
+        self.path = path
+        self.reason = message
+
+
+def _no_constant(name: str) -> Any:
+    raise WireError("$", f"{name} is not JSON: only finite numbers are")
+
+
+# Built once: json.loads with options builds a new decoder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def loads(data: str | bytes | bytearray) -> Any:
+    """Strict JSON text to a value that passes `check`. Bytes are decoded as json.loads does
+    (UTF-8, or UTF-16/32 detected); a str must not start with a BOM."""
+    try:
+        if isinstance(data, bytes | bytearray):
+            data = bytes(data).decode(json.detect_encoding(data))
+        if data.startswith("\ufeff"):
+            raise WireError("$", "a BOM (byte order mark) is not JSON")
+        value = _DECODER.decode(data)
+    except WireError:
+        raise
+    except RecursionError as exc:
+        raise WireError("$", f"nesting deeper than {MAX_DEPTH} levels ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise WireError("$", f"not UTF-8: {exc}") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise WireError("$", f"not valid JSON: {exc}") from None
+    check(value)
+    return value
+
+
+def _text_ok(s: str) -> bool:
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check(value: Any) -> None:
+    """Raise WireError unless `value` is plain JSON data within the rule (see the module).
+    Iterative, so a deep value costs no recursion."""
+    stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if v is None or isinstance(v, bool | int):
+            continue
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise WireError(path, f"{v} is not a finite number (JSON has no NaN or Infinity)")
+        elif isinstance(v, str):
+            if not _text_ok(v):
+                raise WireError(path, "the string is not valid Unicode (a lone surrogate)")
+        elif isinstance(v, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                raise WireError(path, f"nesting deeper than {MAX_DEPTH} levels")
+            if isinstance(v, dict):
+                for key, item in v.items():
+                    if not isinstance(key, str):
+                        raise WireError(path, f"object key {key!r} is not a string")
+                    if not _text_ok(key):
+                        raise WireError(path, "an object key is not valid Unicode")
+                    stack.append((item, f"{path}.{key}", depth + 1))
+            else:
+                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(v))
+        else:
+            raise WireError(path, f"a {type(v).__name__} is not JSON data")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """`text` made encodable as UTF-8: each lone surrogate becomes U+FFFD."""
+    return text if _text_ok(text) else _SURROGATE.sub("\ufffd", text)
+
+
+def encoder(**options: Any) -> Callable[[Any], str]:
+    """A reply encoder: json.JSONEncoder(**options) built once, NaN refused (ValueError), the
+    text scrubbed. With the same options it gives the same text as before for any reply that
+    was valid JSON."""
+    enc = json.JSONEncoder(allow_nan=False, **options)
+
+    def encode(value: Any) -> str:
+        return scrub(enc.encode(value))
+
+    return encode

@@ -1,0 +1,82 @@
+"""The edge rule (daemon.wire): what it refuses, and that valid data passes it unchanged."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon import wire
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_valid_json_reads_and_writes_exactly_as_before(value: Any) -> None:
+    for options in ({}, {"ensure_ascii": False, "separators": (",", ":")}):
+        text = json.dumps(value, **options)  # type: ignore[arg-type]
+        assert wire.loads(text) == json.loads(text)
+        assert wire.loads(text.encode()) == json.loads(text)
+        assert wire.encoder(**options)(value) == text
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def test_nesting_is_bounded_at_max_depth() -> None:
+    wire.check(nested(wire.MAX_DEPTH))
+    wire.loads(json.dumps(nested(wire.MAX_DEPTH)))
+    with pytest.raises(wire.WireError, match="nesting deeper than 32"):
+        wire.check(nested(wire.MAX_DEPTH + 1))
+    with pytest.raises(wire.WireError, match="nesting deeper than 32"):
+        wire.loads("[" * 100_000 + "]" * 100_000)  # past the parser's own recursion
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a":-Infinity}', "1e400", "[-1e999]"])
+def test_non_finite_numbers_are_refused(text: str) -> None:
+    with pytest.raises(wire.WireError, match="finite"):
+        wire.loads(text)
+
+
+@pytest.mark.parametrize("value", [math.nan, [1, math.inf], {"a": {"b": -math.inf}}])
+def test_non_finite_floats_are_refused_with_their_path(value: Any) -> None:
+    with pytest.raises(wire.WireError) as err:
+        wire.check(value)
+    assert err.value.path in ("$", "$[1]", "$.a.b")
+
+
+@pytest.mark.parametrize("text", ['"\\ud800"', '["a\\udc00b"]', '{"\\ud83d":1}'])
+def test_lone_surrogates_are_refused(text: str) -> None:
+    with pytest.raises(wire.WireError, match="Unicode"):
+        wire.loads(text)
+    assert wire.loads('"\\ud83d\\ude00"') == "\U0001f600"  # a pair is one character
+
+
+@pytest.mark.parametrize("value", [b"bytes", {1: "int key"}, {"a": object()}, {1.5}])
+def test_only_json_data_passes(value: Any) -> None:
+    with pytest.raises(wire.WireError):
+        wire.check(value)
+
+
+def test_replies_refuse_nan_and_scrub_lone_surrogates() -> None:
+    encode = wire.encoder(ensure_ascii=False)
+    with pytest.raises(ValueError):
+        encode({"t": math.nan})
+    assert encode({"out": "a\ud800b"}) == '{"out": "a\ufffdb"}'
+    assert encode(["\U0001f600"]) == '["\U0001f600"]'

@@ -127,6 +127,7 @@ class Session:
         if want is not None:  # switch first: an enumeration forgets the LED state
             await self.engine.use_profile(want, self)
         if not caps_sensitive:
+            await self.run(typed)
             return {"caps_lock": caps_word(self.engine.hid.led_reports()[1])}
         hid = self.engine.hid
         count, leds = hid.led_reports()

@@ -191,6 +191,9 @@ class VirtualDevice:
         label = keys.label(usage)
         mods = keys.modifier_names(modifiers)
         if modifiers & _SHORTCUT_BITS:
+            # Shortcuts go by the key's character on the layout (German ctrl+z is its z key).
+            char = self.xkb.base_char(usage)
+            label = char if char is not None and char != " " else label
             self._chord(mods, label)
         elif usage == keys.CAPS_LOCK:
             self._event(f"caps lock {'on' if self.caps_lock else 'off'}")

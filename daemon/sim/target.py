@@ -21,7 +21,8 @@ What the virtual device does (simple but honest):
   xkbcommon state of that layout (daemon/sim/xkbtext.py: shift, AltGr/Option, Caps Lock, dead
   keys through the Compose table), never the typing planner's tables, into the focused field.
   Like a Linux host, it sends the keyboard an LED output report when it enumerates and whenever
-  Caps/Num/Scroll Lock changes (`led_reports=False`: a host that never sends one);
+  Caps/Num/Scroll Lock changes (`leds_at_enumeration=False`: only on changes;
+  `led_reports=False`: a host that never sends one);
   backspace deletes, Enter submits (search: opens the first matching app, or
   the browser when the text looks like a URL; URL field: loads the page). Typing with nothing
   focused is recorded and dropped. Shortcuts: ios Cmd+H home, Cmd+Space search; macos
@@ -75,6 +76,7 @@ class SimTarget:
         reenumerate_s: float = 0.05,
         xkb_names: dict[str, str] | None = None,
         led_reports: bool = True,
+        leds_at_enumeration: bool = True,
     ) -> None:
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
@@ -89,8 +91,10 @@ class SimTarget:
         names = xkb_names or layouts.for_target("us", platform).xkb
         self._device = VirtualDevice(platform, w, h, xkb_names=dict(names))
         self._send_leds = led_reports
+        self._leds_at_enumeration = leds_at_enumeration
         self._led_count = 0
         self._led_state: reports.Leds | None = None
+        self._led_last = reports.Leds()  # the host's own, whether it reported it or not
         self._led_event = asyncio.Event()
         self._enumerated()
         self._switches: list[str] = []
@@ -153,11 +157,13 @@ class SimTarget:
         """A new enumeration: the keyboard knows nothing until the host reports its LEDs,
         which it does at once."""
         self._led_count, self._led_state = 0, None
-        self._report_leds()
+        if self._leds_at_enumeration:
+            self._report_leds()
 
     def _host_leds(self) -> None:
-        if self._send_leds and self._leds_now() != self._led_state:
+        if self._send_leds and self._leds_now() != self._led_last:
             self._report_leds()
+        self._led_last = self._leds_now()
 
     def led_reports(self) -> tuple[int, reports.Leds | None]:
         return self._led_count, self._led_state

@@ -77,6 +77,15 @@ class XkbText:
                 self.state.update_key(code + 8, down)
         self.modifiers = bits
 
+    def base_char(self, usage: int) -> str | None:
+        """What the key types with no modifier (its label on this layout), if a character."""
+        code = usage_to_keycode().get(usage)
+        if code is None:
+            return None
+        syms = self.keymap.key_get_syms_by_level(code, 0, 0)
+        text: str | None = xkb.keysym_to_string(syms[0]) if syms else None
+        return text if text is not None and len(text) == 1 and text.isprintable() else None
+
     def key_up(self, usage: int) -> None:
         code = usage_to_keycode().get(usage)
         if code is not None:

@@ -128,7 +128,13 @@ async def test_typed_text_appears_in_the_field(make_daemon: Make) -> None:
     assert_evidence(out, waited=False)
     assert out["screen_changed"] is True
     out = await ok(d, "keyboard_text", {"text": " and more"})
-    assert out == {"ok": True, "typed": 9}
+    assert out == {
+        "ok": True,
+        "typed": 9,
+        "layout": "us",
+        "caps_lock": "off",
+        "caps_lock_presses": 0,
+    }
     st = await state(d)
     assert st["texts"]["Notes"] == "Hello, World! ~{x} and more"
     # clear + submit: select all (a chord: isolated on iOS), delete, type, Enter.

@@ -1,5 +1,8 @@
 """Key names, Android KEYCODE_* aliases and the US layout, as data.
 
+Typing goes through gadget.layouts (the target's layout, from XKB); the US table here serves
+the key names (a one-character name is its key) and the raw kernel-tier keyboard test.
+
 Name rules:
 
 - Names are case-insensitive, and "_", "-" and spaces inside a name are ignored

@@ -74,13 +74,11 @@ class Layout:
         """Every stroke of `text` with Caps Lock off, checked whole before any is returned (so
         nothing half-types): UntypableCharacter names the first character the layout lacks."""
         chars = self.chars
-        out: list[Stroke] = []
-        for index, ch in enumerate(text):
-            strokes = chars.get(ch)
-            if strokes is None:
-                raise UntypableCharacter(ch, index, self.label)
-            out += strokes
-        return out
+        try:
+            return [stroke for ch in text for stroke in chars[ch]]
+        except KeyError:
+            index = next(i for i, ch in enumerate(text) if ch not in chars)
+            raise UntypableCharacter(text[index], index, self.label) from None
 
     def key_usage(self, ch: str) -> int | None:
         """The key that types `ch` with no modifier on this layout (German "z": the key US

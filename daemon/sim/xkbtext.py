@@ -89,13 +89,19 @@ class XkbText:
     def key_up(self, usage: int) -> None:
         code = usage_to_keycode().get(usage)
         if code is not None:
-            self.state.update_key(code, xkb.XKB_KEY_UP)
+            self.release(code)
 
     def key_down(self, usage: int) -> str:
         """The text one key press types ("" for none, or while a dead key waits)."""
         code = usage_to_keycode().get(usage)
-        if code is None:
-            return ""
+        return "" if code is None else self.press(code)
+
+    def release(self, code: int) -> None:
+        """XKB keycode `code` (evdev + 8) went up."""
+        self.state.update_key(code, xkb.XKB_KEY_UP)
+
+    def press(self, code: int) -> str:
+        """XKB keycode `code` (evdev + 8) went down: the text it types."""
         sym = self.state.key_get_one_sym(code)
         text = self.state.key_get_string(code)
         self.state.update_key(code, xkb.XKB_KEY_DOWN)

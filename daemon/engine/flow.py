@@ -120,7 +120,8 @@ class Session:
         target answers it with an LED report (then a second press puts back what was found,
         before or after the text); a target that never answers gets a second press (undoing
         the first, whatever the state was) and the text typed as if Caps Lock were off, with
-        caps_lock "unknown" in the result. Shift does not undo Caps Lock on every target
+        caps_lock "unknown" in the result; until the engine next switches the profile it is
+        not probed again. Shift does not undo Caps Lock on every target
         (Apple's keep capitals), so the text is never planned against Caps Lock on.
         """
         want = required_profile(typed, self.engine.isolates)
@@ -133,6 +134,9 @@ class Session:
         count, leds = hid.led_reports()
         presses = 0
         wait = self.engine.cfg.caps_lock_wait_ms / 1000
+        if leds is None and self.engine.leds_silent:  # it did not answer a probe: no second
+            await self.run(typed)
+            return {"caps_lock": "unknown", "caps_lock_presses": 0}
         if leds is None:  # hosts usually send their LED state when a keyboard enumerates
             leds = await hid.wait_led_report(count, wait)
             count = hid.led_reports()[0]
@@ -140,6 +144,7 @@ class Session:
             leds = await self._press_caps(count)
             presses += 1
             if leds is None:
+                self.engine.leds_silent = True
                 await self._press_caps(None)
                 await self.run(typed)
                 return {"caps_lock": "unknown", "caps_lock_presses": presses + 1}
@@ -214,6 +219,7 @@ class InputEngine:
         self.isolates = platform == "ios"
         self.pointer = Pointer.for_platform(platform, cfg)
         self.held = Held(self.pointer.kind)
+        self.leds_silent = False  # the target did not answer a Caps Lock probe (this enumeration)
         self.drag: Drag | None = None
         self._flow = asyncio.Lock()
         self._closed = False
@@ -287,6 +293,7 @@ class InputEngine:
         if not changed:
             return False
         self.held.forget()  # the host dropped everything held when it re-enumerated
+        self.leds_silent = False
         if session is not None:
             session.switches.append(name)
         log.info("profile_switched", profile=name, tool=session.tool if session else None)

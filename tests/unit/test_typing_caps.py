@@ -93,6 +93,9 @@ async def test_a_host_that_never_reports_leds_is_typed_as_off_and_said_so() -> N
     assert info == {"caps_lock": "unknown", "caps_lock_presses": 2}
     assert target.state()["field_text"] == "élève à l'été"
     assert target.state()["caps_lock"] is False
+    info, _ = await type_text(engine, " ça", "fr")  # not probed again: it does not answer
+    assert info == {"caps_lock": "unknown", "caps_lock_presses": 0}
+    assert target.state()["field_text"] == "élève à l'été ça"
 
 
 async def test_ios_option_text_types_in_one_isolated_phase() -> None:

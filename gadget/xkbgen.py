@@ -13,7 +13,8 @@ How a layout becomes data:
 - For each key of the main block and each modifier set the target's keyboard can hold for a
   character (none, Shift, AltGr/Option = right Alt, Shift+AltGr) a fresh xkbcommon state is
   fed the modifier key presses and asked which keysym the key gives; that keysym's character,
-  if any, is typable with that one stroke. The fewest modifiers win, then the lowest usage.
+  if any, is typable with that one stroke. The fewest modifiers win, then the lowest usage;
+  the ISO key (between left Shift and Z) comes after all others, as US keyboards lack it.
 - A character no stroke gives may still come from a dead key then a base key: the Compose
   table's two-keysym sequences that start with a dead key (`<dead_acute> <e> : "é"`), when
   both keysyms are typable with one stroke each.
@@ -146,17 +147,21 @@ def build_one(name: str, family: str, spec: str, pairs: list[tuple[str, str, str
 
     # keysym -> (stroke, caps-sensitive): the first found has the fewest modifiers.
     by_sym: dict[int, tuple[int, bool]] = {}
-    for mods, held in LEVEL_MODS:
-        for usage in sorted(codes):
-            sym = sym_of(codes[usage], held, False)
-            if sym == 0 or sym in by_sym:
+    # The ISO key (between left Shift and Z) last: a US (ANSI) keyboard has none, and Windows
+    # reads its usage as backslash on the US layout, so it types only what no other key does.
+    iso = keymap.key("non_us_backslash").usage
+    order = [(mods, held, u) for mods, held in LEVEL_MODS for u in sorted(codes) if u != iso]
+    order += [(mods, held, iso) for mods, held in LEVEL_MODS]
+    for mods, held, usage in order:
+        sym = sym_of(codes[usage], held, False)
+        if sym == 0 or sym in by_sym:
+            continue
+        if letters_only and mods & reports.MOD_RALT:
+            ch = _char(sym)
+            if ch is None or not ch.isalpha():
                 continue
-            if letters_only and mods & reports.MOD_RALT:
-                ch = _char(sym)
-                if ch is None or not ch.isalpha():
-                    continue
-            locked = sym_of(codes[usage], held, True) != sym
-            by_sym[sym] = (usage | mods << 8, locked)
+        locked = sym_of(codes[usage], held, True) != sym
+        by_sym[sym] = (usage | mods << 8, locked)
 
     chars: dict[str, list[int]] = {ch: [keymap.key(key).usage] for ch, key in CONTROL_CHARS.items()}
     sensitive: set[str] = set()

@@ -160,3 +160,11 @@ def test_key_names_name_keys_on_every_layout() -> None:
     for names in (["ctrl", "enter", "f5", "KEYCODE_DPAD_UP", "volume_up"], ["/"]):
         usages = [(k.page, k.usage) for k in prog.resolve_keys(names, de)]
         assert usages == [(k.page, k.usage) for k in prog.resolve_keys(names)]
+
+
+def test_us_pc_types_ascii_with_the_keys_of_a_us_keyboard() -> None:
+    """The same strokes as the US table the kernel tier checks key by key: the ISO key (which a
+    US keyboard lacks, and Windows reads as backslash there) is never used for ASCII."""
+    us = layouts.load("us", "pc")
+    ascii_text = "".join(chr(c) for c in range(0x20, 0x7F)) + "\n\t"
+    assert us.plan(ascii_text) == keymap.text_strokes(ascii_text)

@@ -4,13 +4,23 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
+.PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
 .PHONY: systemd-setup board-setup board-test test-under-load deploy undeploy
 
 setup: $(STAMP)
 
+# Debian's XKB layouts, Compose table and libxkbcommon headers: the `xkbcommon` bindings build
+# against them, the layout generator and the simulated target read them. The package list is
+# refreshed only when the install fails.
+XKB_PACKAGES := libxkbcommon-dev xkb-data libx11-data
+xkb-setup:
+	@test -f /usr/include/xkbcommon/xkbcommon-compose.h -a -f /usr/share/X11/xkb/rules/evdev \
+		-a -f /usr/share/X11/locale/en_US.UTF-8/Compose || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y $(XKB_PACKAGES) || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(XKB_PACKAGES))
+
 # Re-install whenever pyproject.toml changes; the stamp keeps a second `make` quick.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | xkb-setup
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from daemon.frames import FrameSource
+from gadget import reports
 
 ROLES = ("keyboard", "consumer", "pointer")
 
@@ -18,6 +19,15 @@ class HidOutput(Protocol):
 
     async def write(self, role: str, report: bytes) -> None:
         """Deliver one report; raises gadget.errors.TargetNotAttached when nobody listens."""
+        ...
+
+    def led_reports(self) -> tuple[int, reports.Leds | None]:
+        """(LED output reports the target sent since it enumerated, the state the last one
+        set); the state is None while the count is 0: not known yet, not "all off"."""
+        ...
+
+    async def wait_led_report(self, after: int, timeout: float) -> reports.Leds | None:
+        """The LED state once report `after` + 1 has come, None if none came within timeout."""
         ...
 
 

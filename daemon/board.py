@@ -56,6 +56,19 @@ class BoardHid:
         """The target's keyboard LEDs (caps lock ...) as its last output report set them."""
         return self._leds.leds if self._leds is not None else reports.Leds()
 
+    def led_reports(self) -> tuple[int, reports.Leds | None]:
+        reader = self._leds
+        if reader is None or not reader.known:
+            return (0, None)
+        return (reader.count, reader.leds)
+
+    async def wait_led_report(self, after: int, timeout: float) -> reports.Leds | None:
+        reader = self._leds
+        if reader is None:
+            await asyncio.sleep(timeout)
+            return None
+        return await reader.wait_report(after, timeout)
+
     def attach(self, nodes: Mapping[str, Path]) -> None:
         """Point the writers at the nodes of the profile that just went live. Old descriptors
         are dropped; each writer opens its node on its next write."""
@@ -229,6 +242,7 @@ class BoardBackend:
             "profile": self.board_profiles.profile,
             "hid_roles": sorted(self.writers.roles),
             "leds": dataclasses.asdict(self.writers.leds),
+            "leds_known": self.writers.led_reports()[1] is not None,
         }
 
     async def start(self) -> None:

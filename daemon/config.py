@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from daemon.wire import WireError, check
+from gadget import layouts
 from gadget.settings import GadgetSettings
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
@@ -61,11 +62,22 @@ def _strings() -> dict[str, Any]:
 @dataclass(frozen=True)
 class DeviceConfig:
     device_type: str = _key("iOS", {"enum": list(DEVICE_TYPES)}, "the target's kind")
+    keyboard_layout: str = _key(
+        "us",
+        {"enum": list(layouts.NAMES)},
+        "the keyboard layout set on the target (typing plans for it; Apple's variant on iOS "
+        "and macOS, the PC one elsewhere)",
+    )
 
     @property
     def platform(self) -> str:
         """The lowercase platform id the catalog filters on (ios, android, macos, ...)."""
         return self.device_type.lower()
+
+    @property
+    def layout(self) -> layouts.Layout:
+        """The target's layout in its platform's family."""
+        return layouts.for_target(self.keyboard_layout, self.platform)
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,14 @@ class InputConfig:
         300, _int(0, 10000), "enter_text: after the focusing tap, before typing"
     )
     enter_text_delay_ms: int = _key(300, _int(0, 10000), "enter_text: delay before its screenshot")
+    caps_lock_hold_ms: float = _key(
+        200.0,
+        _num(1, 5000),
+        "Caps Lock held when typing turns it off and back on (macOS ignores short presses)",
+    )
+    caps_lock_wait_ms: float = _key(
+        500.0, _num(10, 10000), "typing: wait for the target's LED report after Caps Lock"
+    )
     search_open_ms: int = _key(
         600, _int(0, 10000), "open_app/open_url: wait for the search field before typing"
     )

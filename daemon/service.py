@@ -51,6 +51,7 @@ class SimulatedBackend:
             width=b.sim_width or None,
             height=b.sim_height or None,
             reenumerate_s=b.sim_reenumerate_s,
+            xkb_names=config.device.layout.xkb,
         )
         self.hid: HidOutput = self.target
         self.profiles: ProfileControl = self.target

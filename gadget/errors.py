@@ -49,7 +49,11 @@ class UntypableCharacter(GadgetError):
 
     code = "untypable_character"
 
-    def __init__(self, char: str, index: int):
-        super().__init__(f"character {char!r} at index {index} cannot be typed on the US layout")
+    def __init__(self, char: str, index: int, layout: str = "English US (PC, us)"):
+        super().__init__(
+            f"character {char!r} (U+{ord(char):04X}) at index {index} cannot be typed on the "
+            f"target's {layout} layout"
+        )
         self.char = char
         self.index = index
+        self.layout = layout

@@ -182,7 +182,12 @@ async def release_all(
 
 
 class LedReader:
-    """Reads the keyboard's LED output reports and keeps the latest state."""
+    """Reads the keyboard's LED output reports and keeps the latest state.
+
+    `known` turns true with the host's first LED report since this reader opened the node (one
+    reader per enumeration): before it, `leds` is only the all-off default, not the host's state.
+    `count` numbers the reports, so a caller can wait for the one after something it did.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -190,10 +195,16 @@ class LedReader:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._leds = reports.Leds()
         self._changed = asyncio.Event()
+        self._reported = asyncio.Event()
+        self.count = 0
 
     @property
     def leds(self) -> reports.Leds:
         return self._leds
+
+    @property
+    def known(self) -> bool:
+        return self.count > 0
 
     @property
     def is_open(self) -> bool:
@@ -243,6 +254,9 @@ class LedReader:
             self._set(reports.unpack_leds(data[i : i + size]))
 
     def _set(self, leds: reports.Leds) -> None:
+        self.count += 1
+        self._reported.set()
+        self._reported = asyncio.Event()
         if leds == self._leds:
             return
         log.debug("hidg.leds", leds=leds)
@@ -255,4 +269,20 @@ class LedReader:
         changed = self._changed
         async with asyncio.timeout(timeout):
             await changed.wait()
+        return self._leds
+
+    async def wait_report(self, after: int, timeout: float) -> reports.Leds | None:
+        """The state once report number `after` + 1 has come (at once if it has), or None when
+        none comes within `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.count <= after:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._fd is None:
+                return None
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._reported.wait()
+            except TimeoutError:
+                return None
         return self._leds

@@ -1,5 +1,8 @@
 """Key names, Android KEYCODE_* aliases and the US layout, as data.
 
+Typing goes through gadget.layouts (the target's layout, from XKB); the US table here serves
+the key names (a one-character name is its key) and the raw kernel-tier keyboard test.
+
 Name rules:
 
 - Names are case-insensitive, and "_", "-" and spaces inside a name are ignored
@@ -70,6 +73,8 @@ _KEYBOARD: dict[str, tuple[int, tuple[str, ...]]] = {
     "left_bracket": (0x2F, ("[", "bracket_left")),
     "right_bracket": (0x30, ("]", "bracket_right")),
     "backslash": (0x31, ("\\",)),
+    # The ISO key between left Shift and Z (Non-US \ and |); evdev KEY_102ND.
+    "non_us_backslash": (0x64, ("iso_backslash", "intl_backslash", "102nd")),
     "semicolon": (0x33, (";",)),
     "apostrophe": (0x34, ("'", "quote")),
     "grave": (0x35, ("`", "backtick", "backquote")),

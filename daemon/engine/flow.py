@@ -68,6 +68,13 @@ def required_profile(program: Sequence[Step], isolate: bool) -> str | None:
     return None
 
 
+def caps_word(leds: reports.Leds | None) -> str:
+    """on, off, or unknown (no LED report from the target since it enumerated)."""
+    if leds is None:
+        return "unknown"
+    return "on" if leds.caps_lock else "off"
+
+
 @dataclass
 class Drag:
     """A confirmed drag: contact down at `at`, started at `start`."""
@@ -102,6 +109,75 @@ class Session:
         if want is not None:
             await self.engine.use_profile(want, self)
         await self.engine.play(program)
+
+    async def type_text(self, typed: Program, *, caps_sensitive: bool) -> dict[str, Any]:
+        """Run a typing program planned for Caps Lock off, so the text comes out as planned
+        whatever the target's Caps Lock is, and leave Caps Lock as it was found.
+
+        Only a text Caps Lock would change (`caps_sensitive`) looks at it. Known on (the
+        target's last LED report): Caps Lock is pressed before the text and again after it.
+        Not known (no LED report since the target enumerated): after waiting caps_lock_wait_ms
+        for the report hosts send when a keyboard enumerates, one press finds out, as the
+        target answers it with an LED report (then a second press puts back what was found,
+        before or after the text); a target that never answers gets a second press (undoing
+        the first, whatever the state was) and the text typed as if Caps Lock were off, with
+        caps_lock "unknown" in the result; until the engine next switches the profile it is
+        not probed again. Shift does not undo Caps Lock on every target
+        (Apple's keep capitals), so the text is never planned against Caps Lock on.
+        """
+        want = required_profile(typed, self.engine.isolates)
+        if want is not None:  # switch first: an enumeration forgets the LED state
+            await self.engine.use_profile(want, self)
+        if not caps_sensitive:
+            await self.run(typed)
+            return {"caps_lock": caps_word(self.engine.hid.led_reports()[1])}
+        hid = self.engine.hid
+        count, leds = hid.led_reports()
+        presses = 0
+        wait = self.engine.cfg.caps_lock_wait_ms / 1000
+        if leds is None and self.engine.leds_silent:  # it did not answer a probe: no second
+            await self.run(typed)
+            return {"caps_lock": "unknown", "caps_lock_presses": 0}
+        if leds is None:  # hosts usually send their LED state when a keyboard enumerates
+            leds = await hid.wait_led_report(count, wait)
+            count = hid.led_reports()[0]
+        if leds is None:
+            leds = await self._press_caps(count)
+            presses += 1
+            if leds is None:
+                self.engine.leds_silent = True
+                await self._press_caps(None)
+                await self.run(typed)
+                return {"caps_lock": "unknown", "caps_lock_presses": presses + 1}
+            found = not leds.caps_lock
+        else:
+            found = leds.caps_lock
+        if leds.caps_lock:
+            after = await self._press_caps(hid.led_reports()[0])
+            presses += 1
+            if after is None or after.caps_lock:
+                raise ToolError(
+                    "caps_lock_unconfirmed",
+                    "the target did not report Caps Lock off after it was pressed; nothing "
+                    "was typed",
+                    retryable=True,
+                )
+        try:
+            await self.run(typed)
+        finally:
+            if found:
+                await self._press_caps(hid.led_reports()[0])
+                presses += 1
+        return {"caps_lock": "on" if found else "off", "caps_lock_presses": presses}
+
+    async def _press_caps(self, after: int | None) -> reports.Leds | None:
+        """Press Caps Lock; with `after` (the LED report count before), wait for the target's
+        LED report answering it and return the state it set (None if none came)."""
+        await self.run(prog.caps_lock_tap(self.engine.cfg))
+        if after is None:
+            return None
+        wait = self.engine.cfg.caps_lock_wait_ms / 1000
+        return await self.engine.hid.wait_led_report(after, wait)
 
     def keep_contact(self, start: Point, at: Point) -> None:
         """drag_start confirmed: the contact outlives this invocation, for `drag_limit_s`."""
@@ -144,6 +220,7 @@ class InputEngine:
         self.isolates = platform == "ios"
         self.pointer = Pointer.for_platform(platform, cfg)
         self.held = Held(self.pointer.kind)
+        self.leds_silent = False  # the target did not answer a Caps Lock probe (this enumeration)
         self.drag: Drag | None = None
         self._flow = asyncio.Lock()
         self._closed = False
@@ -217,6 +294,7 @@ class InputEngine:
         if not changed:
             return False
         self.held.forget()  # the host dropped everything held when it re-enumerated
+        self.leds_silent = False
         if session is not None:
             session.switches.append(name)
         log.info("profile_switched", profile=name, tool=session.tool if session else None)

@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 from daemon.catalog import validation_error
 from daemon.config import InputConfig
 from daemon.errors import ToolError
-from gadget import keymap, reports
+from gadget import keymap, layouts, reports
 from gadget.descriptors import pointer_for
 from gadget.errors import UnknownKey, UntypableCharacter
 
@@ -40,6 +40,7 @@ DRAG_RELEASE_HOLD_MS = 200.0
 SCROLL_DISTANCE = 400.0
 WHEEL_UNITS_PER_TICK = 100.0  # a desktop "scroll" gesture turns the wheel once per 100 units
 SHIFT_BITS = reports.MOD_LSHIFT | reports.MOD_RSHIFT
+US = layouts.load("us", "pc")  # callers that name no layout (tests, tools)
 
 # The bounds of one program (one gesture, chord or text), checked whole before its first report
 # (see `bound`), so nothing half-runs and no call holds a contact or key longer than its own
@@ -485,10 +486,20 @@ def mouse_scroll(
 # --- keyboard and consumer -----------------------------------------------------------------------
 
 
-def resolve_keys(names: Iterable[str]) -> list[keymap.Key]:
-    """Key names to keys; an unknown one is a tool error with the closest names."""
+def resolve_keys(names: Iterable[str], layout: layouts.Layout = US) -> list[keymap.Key]:
+    """Key names to keys; an unknown one is a tool error with the closest names.
+
+    A one-character name is the key that types that character unmodified on the target's
+    layout (on a German target "z" is the key US calls y, and "ü" a key), so ctrl+z is undo
+    everywhere; one the layout types only with modifiers keeps its US key. Other names
+    (enter, f5, cmd, volume_up, KEYCODE_*) are the same keys on every layout.
+    """
     out = []
     for i, name in enumerate(names):
+        usage = layout.key_usage(name.lower()) if len(name) == 1 else None
+        if usage is not None:
+            out.append(keymap.Key(name.lower(), "keyboard", usage, 0))
+            continue
         try:
             out.append(keymap.key(name))
         except UnknownKey as e:
@@ -572,17 +583,26 @@ def consumer_tap(cfg: InputConfig, usage: int, repeat: int = 1) -> Program:
     return steps
 
 
-def text_strokes(text: str, path: str = "$.text") -> list[tuple[int, int]]:
-    """All strokes of `text`, or a tool error naming the first character that cannot be typed
-    (checked whole, before anything is sent)."""
+def text_strokes(
+    text: str, path: str = "$.text", layout: layouts.Layout = US
+) -> list[tuple[int, int]]:
+    """All strokes of `text` on the target's layout (Caps Lock off), or a tool error naming the
+    first character it cannot type (checked whole, before anything is sent)."""
     try:
-        return keymap.text_strokes(text)
+        return layout.plan(text)
     except UntypableCharacter as e:
         raise ToolError(
             "untypable_character",
             f"{e.message}; nothing was typed",
-            details={"path": path, "character": e.char, "index": e.index},
+            details={"path": path, "character": e.char, "index": e.index, "layout": e.layout},
         ) from None
+
+
+def caps_lock_tap(cfg: InputConfig) -> Program:
+    """One Caps Lock press, held caps_lock_hold_ms (macOS ignores a short one), then all-up."""
+    usage = keymap.key("capslock").usage
+    steps = [Step(0.0, "keyboard", reports.keyboard(0, [usage]))]
+    return steps + _release_tail(cfg.caps_lock_hold_ms, "keyboard", reports.KEYBOARD_RELEASE, cfg)
 
 
 def typing(cfg: InputConfig, strokes: Sequence[tuple[int, int]]) -> Program:

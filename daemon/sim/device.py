@@ -22,6 +22,7 @@ from daemon.sim.layout import (
     browser_for,
     make_layout,
 )
+from daemon.sim.xkbtext import XkbText
 
 LONG_PRESS_S = 0.5  # held this long without moving: a long press, which opens nothing
 EVENT_HISTORY = 50
@@ -58,6 +59,9 @@ _SHORTCUTS: dict[str, dict[tuple[frozenset[str], str], str]] = {
     },
 }
 _BARE_GUI_SEARCH = ("windows", "linux")  # tapping the Windows/Super key alone opens search
+# Modifiers that make a key a shortcut; right Alt is AltGr (PC) or Option (Apple): characters.
+_SHORTCUT_BITS = 0x01 | 0x10 | 0x04 | 0x08 | 0x80  # both Ctrl, left Alt, both GUI
+US_PC_XKB = {"rules": "evdev", "model": "pc105", "layout": "us", "variant": "", "options": ""}
 
 
 @dataclass
@@ -133,7 +137,7 @@ class VirtualDevice:
     search_scroll_px: int = 0
     apps: dict[str, AppState] = field(default_factory=dict)
     clipboard: str = ""
-    caps_lock: bool = False
+    xkb_names: dict[str, str] = field(default_factory=lambda: dict(US_PC_XKB))
     pointer: tuple[float, float] = (500.0, 500.0)
     buttons: int = 0
     contacts: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -149,9 +153,16 @@ class VirtualDevice:
     swallowed: list[str] = field(default_factory=list)
     released_on_reenumeration: int = 0
     layout: Layout = field(init=False)
+    xkb: XkbText = field(init=False)
 
     def __post_init__(self) -> None:
         self.layout = make_layout(self.platform, self.width, self.height)
+        self.xkb = XkbText(self.xkb_names)
+
+    @property
+    def caps_lock(self) -> bool:
+        """The host's Caps Lock (its keyboard state's Lock, what its LED shows)."""
+        return self.xkb.caps_lock
 
     # ---- keyboard -------------------------------------------------------------------------
 
@@ -163,32 +174,39 @@ class VirtualDevice:
             self.gui_alone = False
         elif gui_now and not gui_was:
             self.gui_alone = True
+        self.xkb.set_modifiers(modifiers)
+        for usage in self.keys_down:
+            if usage not in pressed:
+                self.xkb.key_up(usage)
         self.keys_down, self.modifiers = tuple(pressed), modifiers
         for usage in new:
-            self._key_down(usage, modifiers)
+            self._key_down(usage, modifiers, self.xkb.key_down(usage))
         if gui_was and not gui_now and self.gui_alone:
             self.gui_alone = False
             self._chord(frozenset({"gui"}), "", bare=True)
 
-    def _key_down(self, usage: int, modifiers: int) -> None:
+    def _key_down(self, usage: int, modifiers: int, text: str) -> None:
+        """A key went down; `text` is what the host's XKB state made of it (daemon.sim.xkbtext:
+        the configured layout, its Caps Lock and dead keys)."""
         label = keys.label(usage)
         mods = keys.modifier_names(modifiers)
-        if mods - {"shift"}:
+        if modifiers & _SHORTCUT_BITS:
+            # Shortcuts go by the key's character on the layout (German ctrl+z is its z key).
+            char = self.xkb.base_char(usage)
+            label = char if char is not None and char != " " else label
             self._chord(mods, label)
         elif usage == keys.CAPS_LOCK:
-            self.caps_lock = not self.caps_lock
+            self._event(f"caps lock {'on' if self.caps_lock else 'off'}")
         elif usage == keys.ENTER:
             self._enter()
         elif usage == keys.BACKSPACE:
             self._backspace()
         elif usage == keys.ESCAPE:
             self._escape()
-        else:
-            char = keys.typed_char(usage, shift="shift" in mods, caps=self.caps_lock)
-            if char is not None:
-                self._type(char)
-            else:
-                self._event(f"key {label}")
+        elif text.isprintable() and text:
+            self._type(text)
+        elif not self.xkb.composing:
+            self._event(f"key {label}")
 
     def _chord(self, mods: frozenset[str], label: str, *, bare: bool = False) -> None:
         name = keys.chord_name(mods, label, self.platform)
@@ -474,6 +492,9 @@ class VirtualDevice:
         if any(held.values()):
             self.released_on_reenumeration += 1
             self._event(f"{why} released {held}")
+        for usage in self.keys_down:
+            self.xkb.key_up(usage)
+        self.xkb.set_modifiers(0)  # the host keeps its Caps Lock: it is the host's state
         self.keys_down, self.modifiers, self.consumer_down, self.buttons = (), 0, 0, 0
         self.contacts.clear()
         self.primary = None

@@ -1,12 +1,10 @@
-"""From what a report carries back to characters, key names and actions.
+"""From what a report carries back to key names and actions.
 
-Built from gadget.keymap (the US layout and key names the daemon types with), so the simulated
-target reads exactly the layout the writers use; nothing here repeats the layout.
+Built from gadget.keymap's key names. Characters are not here: the simulated target reads them
+through its own XKB state of the configured layout (daemon.sim.xkbtext).
 """
 
 from __future__ import annotations
-
-import string
 
 from gadget import keymap, reports
 
@@ -42,30 +40,11 @@ CONSUMER_ACTIONS: dict[int, str] = {
 }
 
 
-def _reverse_layout() -> dict[tuple[int, bool], str]:
-    """(usage, shift held) -> the printable character it types."""
-    chars: dict[tuple[int, bool], str] = {}
-    for ch in string.printable:
-        if ch.isprintable():
-            usage, mods = keymap.char_stroke(ch)
-            chars[(usage, bool(mods & SHIFT))] = ch
-    return chars
-
-
-_CHARS = _reverse_layout()
 _LABELS: dict[int, str] = {}
 for _name in keymap.names():
     _k = keymap.key(_name)
     if _k.page == "keyboard" and not _k.modifier:
         _LABELS.setdefault(_k.usage, _k.name)
-
-
-def typed_char(usage: int, *, shift: bool, caps: bool) -> str | None:
-    """The character a key types with this shift and caps-lock state, None if not printable."""
-    base = _CHARS.get((usage, False))
-    if caps and base is not None and base.isalpha():
-        shift = not shift
-    return _CHARS.get((usage, shift))
 
 
 def label(usage: int) -> str:

@@ -17,8 +17,13 @@ What the virtual device does (simple but honest):
   scrolls by rows. On phones, swipes starting at the edge are gestures: from x <= 1 % to the right
   = back, from y >= 99 % upward = home, from the top down = notifications (recorded only).
   Only the first finger down drives gestures; other fingers are tracked and drawn.
-- Keyboard: boot reports decoded with the US layout from gadget.keymap (shift, caps lock) into
-  the focused field; backspace deletes, Enter submits (search: opens the first matching app, or
+- Keyboard: boot reports read as a host with the configured keyboard layout reads them: an
+  xkbcommon state of that layout (daemon/sim/xkbtext.py: shift, AltGr/Option, Caps Lock, dead
+  keys through the Compose table), never the typing planner's tables, into the focused field.
+  Like a Linux host, it sends the keyboard an LED output report when it enumerates and whenever
+  Caps/Num/Scroll Lock changes (`leds_at_enumeration=False`: only on changes;
+  `led_reports=False`: a host that never sends one);
+  backspace deletes, Enter submits (search: opens the first matching app, or
   the browser when the text looks like a URL; URL field: loads the page). Typing with nothing
   focused is recorded and dropped. Shortcuts: ios Cmd+H home, Cmd+Space search; macos
   Cmd+Space search, Cmd+Q home; windows/linux Alt+F4 home, a bare Win/Super tap opens search;
@@ -49,7 +54,7 @@ from daemon.sim import keys
 from daemon.sim.device import VirtualDevice
 from daemon.sim.layout import PHONES, PLATFORMS
 from daemon.sim.render import Renderer
-from gadget import reports
+from gadget import layouts, reports
 from gadget.errors import TargetNotAttached
 
 log = structlog.get_logger(__name__)
@@ -69,6 +74,9 @@ class SimTarget:
         height: int | None = None,
         fps: float = 30.0,
         reenumerate_s: float = 0.05,
+        xkb_names: dict[str, str] | None = None,
+        led_reports: bool = True,
+        leds_at_enumeration: bool = True,
     ) -> None:
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
@@ -80,7 +88,15 @@ class SimTarget:
         self.platform = platform
         self.fps = fps
         self.reenumerate_s = reenumerate_s
-        self._device = VirtualDevice(platform, w, h)
+        names = xkb_names or layouts.for_target("us", platform).xkb
+        self._device = VirtualDevice(platform, w, h, xkb_names=dict(names))
+        self._send_leds = led_reports
+        self._leds_at_enumeration = leds_at_enumeration
+        self._led_count = 0
+        self._led_state: reports.Leds | None = None
+        self._led_last = reports.Leds()  # the host's own, whether it reported it or not
+        self._led_event = asyncio.Event()
+        self._enumerated()
         self._switches: list[str] = []
         self._attached = True
         self._enumerated_at = 0.0  # writes fail until this monotonic time (re-enumeration)
@@ -109,6 +125,7 @@ class SimTarget:
         if role == "keyboard":
             kb = reports.unpack_keyboard(report)
             dev.keyboard(kb.modifiers, tuple(kb.keys))
+            self._host_leds()
         elif role == "consumer":
             dev.consumer(reports.unpack_consumer(report))
         elif self.platform == "android":
@@ -121,6 +138,49 @@ class SimTarget:
             m = reports.unpack_mouse(report)
             dev.mouse(m.buttons, keys.norm(m.x), keys.norm(m.y), m.wheel, m.pan, now)
         self._counts[role] += 1
+
+    # ---- the host's LED output reports -----------------------------------------------------
+
+    def _leds_now(self) -> reports.Leds:
+        x = self._device.xkb
+        return reports.Leds(num_lock=x.num_lock, caps_lock=x.caps_lock, scroll_lock=x.scroll_lock)
+
+    def _report_leds(self) -> None:
+        if not self._send_leds:
+            return
+        self._led_count += 1
+        self._led_state = self._leds_now()
+        self._led_event.set()
+        self._led_event = asyncio.Event()
+
+    def _enumerated(self) -> None:
+        """A new enumeration: the keyboard knows nothing until the host reports its LEDs,
+        which it does at once."""
+        self._led_count, self._led_state = 0, None
+        if self._leds_at_enumeration:
+            self._report_leds()
+
+    def _host_leds(self) -> None:
+        if self._send_leds and self._leds_now() != self._led_last:
+            self._report_leds()
+        self._led_last = self._leds_now()
+
+    def led_reports(self) -> tuple[int, reports.Leds | None]:
+        return self._led_count, self._led_state
+
+    async def wait_led_report(self, after: int, timeout: float) -> reports.Leds | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._led_count <= after:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._led_event.wait()
+            except TimeoutError:
+                return None
+        return self._led_state
 
     # ---- profile side ----------------------------------------------------------------------
 
@@ -143,6 +203,7 @@ class SimTarget:
         self._switches.append(name)
         log.info("sim_profile_switched", profile=name)
         await asyncio.sleep(max(0.0, self._enumerated_at - time.monotonic()))
+        self._enumerated()
         return True
 
     def _reenumerate(self, why: str) -> None:
@@ -198,6 +259,7 @@ class SimTarget:
         if not self._attached:
             self._attached = True
             self._reenumerate("plug")
+            self._enumerated()
             log.info("sim_plugged")
 
     def capture_off(self) -> None:

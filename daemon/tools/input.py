@@ -314,6 +314,7 @@ class InputTools:
         self.platform = rt.platform
         self.pointer = engine.pointer
         self.screen = rt.screen
+        self.layout = rt.config.device.layout
         self._size: tuple[int, int] | None = None  # last capture size seen
 
     # -- shared steps ---------------------------------------------------------------------------
@@ -377,7 +378,13 @@ class InputTools:
         return {"action_output": output, **shot}
 
     def keys_program(self, names: list[str], repeat: int = 1) -> Program:
-        return prog.chord(self.cfg, prog.resolve_keys(names), repeat)
+        return prog.chord(self.cfg, prog.resolve_keys(names, self.layout), repeat)
+
+    def text_program(self, text: str, path: str = "$.text") -> tuple[Program, bool]:
+        """The typing program of `text` on the target's layout (checked whole: an untypable
+        character fails before anything is typed) and whether Caps Lock would change it."""
+        strokes = prog.text_strokes(text, path, self.layout)
+        return prog.typing(self.cfg, strokes), self.layout.caps_sensitive(text)
 
     # -- touch_gesture ----------------------------------------------------------------------------
 
@@ -494,7 +501,7 @@ class InputTools:
     async def keyboard_tap(self, args: dict[str, Any], ctx: CallContext) -> Any:
         raw = args["keys"]
         names = [raw] if isinstance(raw, str) else list(raw)
-        keys = prog.resolve_keys(names)
+        keys = prog.resolve_keys(names, self.layout)
         program = prog.chord(self.cfg, keys, args.get("repeat", 1))
 
         async def act(s: Session) -> dict[str, Any]:
@@ -505,10 +512,11 @@ class InputTools:
 
     async def keyboard_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         text = args["text"]
-        program = prog.typing(self.cfg, prog.text_strokes(text))
+        program, caps = self.text_program(text)
         async with self.engine.invocation("keyboard_text") as s:
-            await s.run(program)
-        return {"ok": True, "typed": len(text)}
+            info = await s.type_text(program, caps_sensitive=caps)
+        out = {"ok": True, "typed": len(text), "layout": self.layout.name, **info}
+        return {**out, "profile_switches": list(s.switches)} if s.switches else out
 
     async def enter_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         text = args.get("text", "")
@@ -516,7 +524,7 @@ class InputTools:
             raise invalid(
                 "$.text", "nothing to do: give text, clear or submit", "minLength_invalid"
             )
-        typed = prog.typing(self.cfg, prog.text_strokes(text))
+        typed, caps = self.text_program(text)
         select_all = self.keys_program(SELECT_ALL.get(self.platform, ["ctrl", "a"]))
         delete = self.keys_program(["backspace"])
         enter = self.keys_program(["enter"])
@@ -529,13 +537,15 @@ class InputTools:
             if args.get("clear"):
                 await s.run(select_all)
                 await s.run(delete)
-            await s.run(typed)
+            info = await s.type_text(typed, caps_sensitive=caps)
             if args.get("submit"):
                 await s.run(enter)
             return {
                 "ok": True,
                 "point": p.to_dict(),
                 "typed": len(text),
+                "layout": self.layout.name,
+                **info,
                 "cleared": bool(args.get("clear")),
                 "submitted": bool(args.get("submit")),
             }
@@ -595,15 +605,14 @@ class InputTools:
 
     async def launch(self, tool: str, text: str, path: str, what: dict[str, Any]) -> dict[str, Any]:
         """Open the platform's search, type `text`, press Enter (open_app and open_url)."""
-        strokes = prog.text_strokes(text, path)
+        typed, caps = self.text_program(text, path)
         opener = self.keys_program(SEARCH_KEYS[self.platform])
-        typed = prog.typing(self.cfg, strokes)
         enter = self.keys_program(["enter"])
 
         async def act(s: Session) -> dict[str, Any]:
             await s.run(opener)
             await asyncio.sleep(self.cfg.search_open_ms / 1000)
-            await s.run(typed)
+            await s.type_text(typed, caps_sensitive=caps)
             await s.run(enter)
             return {
                 "ok": True,
@@ -647,6 +656,13 @@ def tools(rt: Runtime) -> list[ToolSpec]:
         "size, base64 data)."
     )
     quick_names = list(QUICK_ACTIONS[platform])
+    layout = rt.config.device.layout.label
+    typing_note = (
+        f" Typed as the target's keyboard layout ({layout}, [device].keyboard_layout) types "
+        "it: letters, AltGr/Option characters and dead-key accents, whatever Caps Lock is "
+        "(turned off around the text when it is on, and left as found); a character the layout "
+        "cannot type (emoji, CJK, ...) is untypable_character before anything is typed."
+    )
     return [
         spec(
             "touch_gesture",
@@ -710,13 +726,23 @@ def tools(rt: Runtime) -> list[ToolSpec]:
         spec(
             "keyboard_text",
             title="Keyboard Text",
-            description="Type text into whatever has focus, on the US layout (printable ASCII, "
-            "newline, tab). A character the layout cannot type is an error before anything "
-            "is typed. Returns ok and the number of characters typed.",
+            description="Type text (newlines and tabs included) into whatever has focus."
+            + typing_note
+            + " On iOS a text needing Option types in one pointer-free USB profile phase. "
+            "Returns ok, typed (characters), layout and caps_lock as found (on, off, or "
+            "unknown when the target never reported its LEDs).",
             handler=t.keyboard_text,
             args_schema=object_schema({"text": TEXT}, required=["text"]),
             result_schema=object_schema(
-                {"ok": {"type": "boolean"}, "typed": {"type": "integer"}}, ["ok", "typed"]
+                {
+                    "ok": {"type": "boolean"},
+                    "typed": {"type": "integer"},
+                    "layout": {"type": "string"},
+                    "caps_lock": {"enum": ["on", "off", "unknown"]},
+                    "caps_lock_presses": {"type": "integer"},
+                    "profile_switches": {"type": "array", "items": {"type": "string"}},
+                },
+                ["ok", "typed"],
             ),
             evidence=False,
             example_input={"text": "Settings"},
@@ -726,7 +752,9 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "enter_text",
             title="Enter Text",
             description="Tap the text field at point to focus it, then type text (optionally "
-            "clear: select all and delete first; submit: press Enter after). Returns "
+            "clear: select all and delete first; submit: press Enter after)."
+            + typing_note
+            + " Returns "
             "action_output, screen_changed (when a baseline existed) and a short-delay "
             "screenshot (no stability wait).",
             handler=t.enter_text,

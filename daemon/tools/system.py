@@ -26,6 +26,18 @@ def health_tool(rt: Runtime) -> ToolSpec:
     frames, profiles, run_state = rt.backend.frames, rt.backend.profiles, rt.run_state
     device_type, backend = rt.config.device.device_type, rt.config.backend.kind
     platform = rt.platform
+    layout, hid = rt.config.device.layout, rt.backend.hid
+
+    def keyboard() -> dict[str, Any]:
+        """The target's layout and its lock keys as its last LED report set them (null for
+        each while it has sent none since it enumerated)."""
+        leds = hid.led_reports()[1]
+        locks = {
+            "caps_lock": None if leds is None else leds.caps_lock,
+            "num_lock": None if leds is None else leds.num_lock,
+            "scroll_lock": None if leds is None else leds.scroll_lock,
+        }
+        return {"layout": layout.name, "layout_name": layout.label, **locks}
 
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = frames.available()
@@ -41,13 +53,16 @@ def health_tool(rt: Runtime) -> ToolSpec:
             "profile": profiles.profile,
             "run_state": run_state.state,
             "capture": {"available": capture_ok, "reason": capture_reason},
+            "keyboard": keyboard(),
         }
 
     return ToolSpec(
         name="health_check",
         title="Health Check",
         description="Report that the daemon is up: version, uptime, target type, backend, live "
-        "USB profile, run state and whether screen capture is available. Takes no arguments.",
+        "USB profile, run state, whether screen capture is available, and the keyboard: the "
+        f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
+        "its last LED report set them (null before its first). Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -63,6 +78,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "profile": {"type": "string"},
                 "run_state": {"type": "string"},
                 "capture": {"type": "object"},
+                "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
             },
             required=["ok", "version"],

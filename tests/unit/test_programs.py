@@ -441,7 +441,12 @@ def test_untypable_text_is_refused_whole() -> None:
     with pytest.raises(ToolError) as e:
         prog.text_strokes("héllo")
     assert e.value.code == "untypable_character"
-    assert e.value.details == {"path": "$.text", "character": "é", "index": 1}
+    assert e.value.details == {
+        "path": "$.text",
+        "character": "é",
+        "index": 1,
+        "layout": "English US (PC, us)",
+    }
 
 
 # --- which profile a program needs ---------------------------------------------------------------

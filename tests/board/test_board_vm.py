@@ -315,13 +315,26 @@ def test_4_ios_chord_isolates_and_restores(
 
 
 def test_5_sigkill_mid_isolation_restarts_with_full_profile(
-    board: BoardVM, deployed: dict[str, Any], recorder: GuestStream
+    board: BoardVM, workdir: Path, deployed: dict[str, Any], recorder: GuestStream
 ) -> None:
     assert health(board)["profile"] == "full"
     restarts = int(board.run("systemctl show -p NRestarts --value fingertip").stdout)
     pid = board.run("systemctl show -p MainPID --value fingertip").stdout.strip()
     cursor = journal_cursor(board)
     since = recorder.mark()
+    # The kill is armed inside the guest before the chord starts and lands the moment the
+    # recorder writes the chord's first key: a kill sent from here after seeing that line came
+    # a round trip through ssh later, after the whole chord on a busy machine.
+    first_key = {"product": ISOLATED, "type": EV_KEY, "code": KEY_LEFTMETA, "value": 1}
+    killer = GuestStream(
+        board,
+        "killer",
+        f"exec python3 -u /root/kill-on.py {recorder.out} {since + 1} "
+        f"{shlex.quote(json.dumps(first_key)[1:-1])} fingertip.service",
+        workdir / "killer.jsonl",
+        parse=True,
+    )
+    killer.wait_for(lambda ls: any(x.get("armed") for x in ls), "the guest-side kill armed", 60)
     # A long chord (20 repeats) keeps the composite isolated for seconds.
     chord = json.dumps({"input": {"keys": ["cmd", "a"], "repeat": 20}})
     cmd = f"ip netns exec phone python3 /root/phone.py call keyboard_tap {shlex.quote(chord)}"
@@ -333,16 +346,20 @@ def test_5_sigkill_mid_isolation_restarts_with_full_profile(
             EVENT_S,
             since,
         )
-        board.run("systemctl kill --signal=SIGKILL fingertip.service")
-        killed_at = recorder.mark()
+        killer.wait_for(lambda ls: any(x.get("killed") for x in ls), "the kill", EVENT_S)
     finally:
         client.wait(120)
+        killer.close()
+    killed_at = since + next(
+        i for i, x in enumerate(recorder.lines[since:]) if x.items() >= first_key.items()
+    )
     # systemd restarts the daemon, which reconciles the gadget back to the full profile.
+    limit = round(180 * board.slowness)
     board.run(
-        'timeout 180 sh -c \'until [ "$(systemctl is-active fingertip)" = active ] && '
+        f'timeout {limit} sh -c \'until [ "$(systemctl is-active fingertip)" = active ] && '
         f'[ "$(systemctl show -p NRestarts --value fingertip)" -gt {restarts} ]; '
         "do sleep 0.5; done'",
-        timeout=200,
+        timeout=limit + 20,
     )
     assert board.run("systemctl show -p MainPID --value fingertip").stdout.strip() != pid
     recorder.wait_for(

@@ -198,17 +198,24 @@ class ShellService:
         assert proc.stdout is not None
         session.pump = asyncio.create_task(_pump(proc.stdout, session.out))
         session.exited = asyncio.create_task(proc.wait())
-        session.exited.add_done_callback(lambda _: setattr(session, "ended_at", time.monotonic()))
+        session.exited.add_done_callback(lambda _: self._ended(session))
         self.sessions[sid] = session
         return session.describe()
+
+    def _ended(self, s: Session) -> None:
+        # Reaping here too keeps the bound at every moment, not only from the next shell call:
+        # a listing could otherwise count a session that ended after that call's reap.
+        s.ended_at = time.monotonic()
+        self._reap()
 
     def _reap(self) -> None:
         """Forget ended sessions past keep_ended_s, and the oldest beyond max_ended (checked on
         every shell call, so what is kept stays bounded in count and in time)."""
         now = time.monotonic()
+        # Ended as a listing shows it (an exit code), even before the exit watcher ran.
         ended = sorted(
-            (s for s in self.sessions.values() if s.ended_at is not None),
-            key=lambda s: s.ended_at or 0.0,
+            (s for s in self.sessions.values() if s.proc.returncode is not None),
+            key=lambda s: s.ended_at or now,
         )
         excess = len(ended) - self.max_ended
         for i, s in enumerate(ended):

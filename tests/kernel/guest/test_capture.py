@@ -60,6 +60,22 @@ def set_control(node: str, cid: int, value: int) -> None:
         os.close(fd)
 
 
+async def error_after_in_flight(
+    capture: V4L2Capture, since: float, timeout: float
+) -> pytest.ExceptionInfo[ToolError]:
+    """The error a fault control must cause, once the frames vivid had in flight when the control
+    changed (stamped at the end of their fill, so after `since`) are through: at most
+    IN_FLIGHT_FRAMES of them, or the fault did not take."""
+    in_flight = 0
+    with pytest.raises(ToolError) as e:
+        while True:
+            late = await capture.frame(newer_than=since, timeout=timeout)
+            in_flight += 1
+            assert in_flight <= IN_FLIGHT_FRAMES, "frames keep coming after the fault control"
+            since = late.captured_at
+    return e
+
+
 def holds(node: str) -> bool:
     """Whether this process has `node` open."""
     for fd in Path("/proc/self/fd").iterdir():
@@ -197,13 +213,7 @@ async def test_a_device_that_sends_nothing_is_an_error_not_a_hang(
         # when the control changed is stamped at its end and may still arrive (TCG fills a
         # frame slowly, a loaded machine more slowly). Such in-flight frames are skipped; then
         # the device must go silent, and the wait must end in the error, not hang.
-        since, in_flight = time.monotonic(), 0
-        with pytest.raises(ToolError) as e:
-            while True:
-                late = await capture.frame(newer_than=since, timeout=3)
-                in_flight += 1
-                assert in_flight <= IN_FLIGHT_FRAMES, "frames keep coming with 100 % dropped"
-                since = late.captured_at
+        e = await error_after_in_flight(capture, time.monotonic(), 3)
         assert e.value.code == "capture_unavailable" and e.value.retryable
         assert e.value.details is not None and e.value.details["reason"] == "silent"
     finally:
@@ -246,8 +256,7 @@ async def test_an_unplug_while_streaming_fails_fast_and_capture_resumes(
     # When its last user closes the file, vivid "reconnects" (like the cable going back in).
     asked = time.monotonic()
     set_control(node, VIVID_DISCONNECT, 1)
-    with pytest.raises(ToolError) as e:
-        await capture.frame(newer_than=asked, timeout=10)
+    e = await error_after_in_flight(capture, asked, 10)
     assert e.value.code == "capture_unavailable" and e.value.retryable
     assert e.value.details is not None and e.value.details["reason"] == "open"
     record_property("unplug_error_after_ms", f"{(time.monotonic() - asked) * 1000:.0f}")

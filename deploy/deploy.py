@@ -416,8 +416,24 @@ def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
 # --- the two commands ------------------------------------------------------------------------
 
 
-def _step(n: int, total: int, text: str) -> None:
-    print(f"deploy [{n}/{total}] {text}", flush=True)
+class Steps:
+    """The numbered progress lines, and how long each step took: the last line says where a
+    slow deploy's time went (a board's CPU and link decide most of it)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started: list[tuple[int, float]] = []
+
+    def __call__(self, n: int, text: str) -> None:
+        self.started.append((n, time.monotonic()))
+        print(f"deploy [{n}/{self.total}] {text}", flush=True)
+
+    def timings(self) -> str:
+        ends = [t for _, t in self.started[1:]] + [time.monotonic()]
+        spent = ", ".join(
+            f"[{n}] {end - t:.1f} s" for (n, t), end in zip(self.started, ends, strict=True)
+        )
+        return f"deploy timings: {spent}"
 
 
 def _connect(args: argparse.Namespace) -> tuple[Ssh, BoardFacts]:
@@ -452,19 +468,19 @@ def _probe(ssh: Ssh, host: str) -> BoardFacts:
 
 
 def deploy(args: argparse.Namespace) -> int:
-    total = 7
+    step = Steps(7)
     dest = f"{args.host}:{args.port}"
-    _step(1, total, f"connecting to {dest} (one ssh connection for every step)")
+    step(1, f"connecting to {dest} (one ssh connection for every step)")
     ssh, facts = _connect(args)
     try:
         py = ".".join(map(str, facts.python))
         glibc = ".".join(map(str, facts.libc[1]))
         now = facts.current or "nothing installed"
-        _step(2, total, f"board: {facts.arch}, CPython {py}, glibc {glibc}; running {now}")
-        _step(3, total, "building the fingertip wheel")
+        step(2, f"board: {facts.arch}, CPython {py}, glibc {glibc}; running {now}")
+        step(3, "building the fingertip wheel")
         wheel = build_wheel(BUILD / "dist")
         version = wheel_version(wheel)
-        _step(4, total, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
+        step(4, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
         wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse")
         digests = {f"wheels/{w.name}": _sha256(w) for w in wheels}
         digests["dist/fingertip"] = wheel_content_digest(wheel)
@@ -477,15 +493,15 @@ def deploy(args: argparse.Namespace) -> int:
         missing = [w for w in wheels if w.name not in facts.wheels]
         files.update({f"wheels/{w.name}": w for w in missing})
         size = sum(p.stat().st_size for p in files.values()) / 1e6
-        _step(5, total, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
+        step(5, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
         send(ssh, files)
-        _step(6, total, f"installing release {release} and restarting fingertip.service")
+        step(6, f"installing release {release} and restarting fingertip.service")
         out = ssh.board_script(
             "install", release, check="installing on the board failed (see above)"
         )
         release, port, listen = parse_result(out)
         addr = health_target(listen)
-        _step(7, total, f"health check over the network ({addr}:{port} on the board, via ssh)")
+        step(7, f"health check over the network ({addr}:{port} on the board, via ssh)")
         with ssh.forward(addr, port) as sock:
             try:
                 health = health_check(sock, addr, port, HEALTH_TIMEOUT_S)
@@ -496,6 +512,7 @@ def deploy(args: argparse.Namespace) -> int:
         return 0
     finally:
         ssh.close()
+        print(step.timings(), file=sys.stderr, flush=True)
 
 
 def undeploy(args: argparse.Namespace) -> int:

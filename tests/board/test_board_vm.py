@@ -148,13 +148,16 @@ def deployed(
     seconds = time.monotonic() - start
     assert done.returncode == 0, f"make deploy failed:\n{done.stdout}{done.stderr}"
     token = board.run("cat /var/lib/fingertip/pairing-token").stdout.strip()
-    yield {"stdout": done.stdout, "seconds": seconds, "token": token}
+    yield {"stdout": done.stdout, "stderr": done.stderr, "seconds": seconds, "token": token}
 
 
 def test_1_make_deploy_installs_and_reports(
     board: BoardVM, workdir: Path, deployed: dict[str, Any], record_property: Any
 ) -> None:
     record_property("deploy_s", round(deployed["seconds"]))
+    timings = re.search(r"^deploy timings: (.*)$", deployed["stderr"], re.M)
+    assert timings is not None, deployed["stderr"]
+    record_property("deploy_steps", timings.group(1))
     last = deployed["stdout"].strip().splitlines()[-1]
     assert re.fullmatch(
         rf"fingertip \S+ \(release \S+\) is running on root@127\.0\.0\.1:{board.port}: "

@@ -48,7 +48,7 @@ def qemu_command(art: setup.Artifacts, work: Path) -> list[str]:
         "-nographic", "-no-reboot", "-nic", "none",
         "-kernel", str(art.kernel),
         "-initrd", str(art.initrd),
-        "-append", f"console=ttyS0 panic=-1 loglevel=4 fingertip.project={PROJECT} "
+        "-append", f"{setup.GUEST_CMDLINE} loglevel=4 fingertip.project={PROJECT} "
         f"fingertip.kernel_root={art.kernel.parent.parent}",
         "-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{ninep}",
         "-virtfs", f"local,path={work},mount_tag=work,{ninep}",

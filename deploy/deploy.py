@@ -366,10 +366,23 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+def wheel_requirements(path: Path) -> str:
+    """The Requires-Dist lines of a wheel's METADATA."""
+    with zipfile.ZipFile(path) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(meta).decode(errors="replace")
+    return "\n".join(ln for ln in text.splitlines() if ln.startswith("Requires-Dist:"))
+
+
+def wheelhouse_key(pins: str, target: Sequence[str], requires: str) -> str:
+    """What a wheelhouse is made of: the same pins, board platform and requirements make the
+    same wheels, so the next deploy (this board again, or the next board of a rack) reuses
+    them instead of asking the package index for every one again."""
+    return hashlib.sha256("\0".join([pins, *target, requires]).encode()).hexdigest()
+
+
 def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
     """Binary wheels of everything the board runs (and pip, which installs them there)."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     freeze = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
         capture_output=True,
@@ -377,13 +390,21 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
         check=True,
     ).stdout
     pins = out.parent / "constraints.txt"
+    pins.parent.mkdir(parents=True, exist_ok=True)
     pins.write_text(constraints(freeze))
-    _pip(
-        "download", "--dest", str(out), "--constraint", str(pins),
-        *pip_download_args(facts), str(wheel), "pip",
-        what=f"the wheelhouse for {facts.arch} / CPython {'.'.join(map(str, facts.python))} "
-        f"({wheelhouse_hint(facts.arch)})",
-    )  # fmt: skip
+    target = pip_download_args(facts)
+    key = wheelhouse_key(pins.read_text(), target, wheel_requirements(wheel))
+    stamp = out / ".made-of"
+    if not (stamp.is_file() and stamp.read_text() == key):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        _pip(
+            "download", "--dest", str(out), "--constraint", str(pins), *target, str(wheel),
+            "pip",
+            what=f"the wheelhouse for {facts.arch} / CPython "
+            f"{'.'.join(map(str, facts.python))} ({wheelhouse_hint(facts.arch)})",
+        )  # fmt: skip
+        stamp.write_text(key)  # last: a download cut short is not taken for a wheelhouse
     return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
 
 

@@ -213,3 +213,36 @@ def test_a_32_bit_arm_board_is_told_why_its_wheelhouse_fails() -> None:
     assert "aarch64" in deploy.wheelhouse_hint("armv7l")
     assert "numpy" in deploy.wheelhouse_hint("armv6l")
     assert "numpy" not in deploy.wheelhouse_hint("aarch64")
+
+
+def test_a_wheelhouse_made_of_the_same_things_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta = b"Name: fingertip\nVersion: 0.1.0\nRequires-Dist: aiohttp>=3.9\n"
+    wheel = _wheel(
+        tmp_path / "fingertip-0.1.0-py3-none-any.whl",
+        {"fingertip-0.1.0.dist-info/METADATA": meta},
+        (2020, 1, 1, 0, 0, 0),
+    )
+    assert deploy.wheel_requirements(wheel) == "Requires-Dist: aiohttp>=3.9"
+    facts = deploy.parse_probe(PROBE)
+    downloads: list[tuple[str, ...]] = []
+
+    def fake_pip(*args: str, what: str) -> None:  # stands in for the package index
+        downloads.append(args)
+        dest = Path(args[args.index("--dest") + 1])
+        (dest / "numpy-2.2.6-cp311-cp311-manylinux_2_17_aarch64.whl").write_bytes(b"w")
+
+    monkeypatch.setattr(deploy, "_pip", fake_pip)
+    out = tmp_path / "build" / "wheelhouse"
+    first = deploy.build_wheelhouse(wheel, facts, out)
+    again = deploy.build_wheelhouse(wheel, facts, out)
+    assert [p.name for p in first] == [p.name for p in again] and len(downloads) == 1
+    # Another board platform, or other pins, is another wheelhouse.
+    other = deploy.parse_probe(PROBE.replace("linux-aarch64", "linux-x86_64"))
+    deploy.build_wheelhouse(wheel, other, out)
+    assert len(downloads) == 2
+    key = deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "")
+    assert key != deploy.wheelhouse_key("a==2\n", ["--platform", "x"], "")
+    assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "y"], "")
+    assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "Requires-Dist: b")

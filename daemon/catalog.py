@@ -9,6 +9,7 @@ the one log line per invocation.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import time
@@ -112,7 +113,9 @@ SCREEN_NOT_SETTLED = (
     "but may not show the final state"
 )
 
-Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
+# A handler gets its arguments validated, with the schema's defaults filled in, and built into
+# its spec's `args_type` when it has one (else the filled dict).
+Handler = Callable[[Any, "CallContext"], Awaitable[Any]]
 SchemaFor = Callable[[str], dict[str, Any]]
 
 
@@ -130,6 +133,9 @@ class ToolSpec:
     )
     result_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     example_input: Any = field(default_factory=dict)
+    # Builds the handler's typed argument object from the filled arguments (`args_type(**args)`,
+    # e.g. a dataclass per tool); None hands the handler the filled dict.
+    args_type: Callable[..., Any] | None = None
     input_mode: InputMode = "json"
     title: str = ""
     platforms: frozenset[str] | None = None  # None = portable
@@ -258,6 +264,29 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     return out
 
 
+def with_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """`value` (valid against `schema`) with every absent property whose schema states a
+    `default` filled in, in nested objects and array items too. A new value: the caller's is
+    never changed. The schema's `default` is thus the one statement of each argument default."""
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if not isinstance(props, dict):
+            return value
+        out = dict(value)
+        for key, sub in props.items():
+            if not isinstance(sub, dict):
+                continue
+            if key in out:
+                out[key] = with_defaults(sub, out[key])
+            elif "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+        return out
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        return [with_defaults(items, v) for v in value]
+    return value
+
+
 def validation_error(
     errors: list[dict[str, str]], what: str = "arguments", code: str | None = None
 ) -> ToolError:
@@ -381,7 +410,8 @@ class Catalog:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
+    def validate_arguments(self, spec: ToolSpec, args: Any) -> Any:
+        """Check `args` and return what the handler gets: defaults filled, typed if it asks."""
         try:  # the edge rule again, for any caller that skipped it: NaN passes every bound
             check(args)
         except WireError as exc:
@@ -390,9 +420,12 @@ class Catalog:
             ) from None
         if spec.precheck is not None:
             spec.precheck(args)
-        errors = schema_errors(self.args_schema(spec), args)
+        schema = self.args_schema(spec)
+        errors = schema_errors(schema, args)
         if errors:
             raise validation_error(errors)
+        filled = with_defaults(schema, args)
+        return spec.args_type(**filled) if spec.args_type is not None else filled
 
     async def call(self, name: str, args: Any, *, guard: Guard, ctx: CallContext) -> Outcome:
         """Run one tool: lookup, guard, availability, validation, execution, result check.
@@ -441,7 +474,7 @@ class Catalog:
         avail = self.availability(spec)
         if not avail.available:
             raise avail.to_error(spec.name)
-        self.validate_arguments(spec, args)
+        args = self.validate_arguments(spec, args)
         if spec.hid:
             result = await self._run_detached(spec, args, ctx)
         else:
@@ -459,7 +492,7 @@ class Catalog:
         return result
 
     async def _run_with_limit(
-        self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext, limit: float
+        self, spec: ToolSpec, args: Any, ctx: CallContext, limit: float
     ) -> Any:
         try:
             async with asyncio.timeout(limit):
@@ -469,7 +502,7 @@ class Catalog:
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None
 
-    async def _run_detached(self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext) -> Any:
+    async def _run_detached(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
         limit = spec.timeout_s or self.hid_timeout_s
         task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit))
         ctx.detached = task
@@ -524,7 +557,7 @@ class Catalog:
         )
 
 
-async def _no_handler(args: dict[str, Any], ctx: CallContext) -> Any:
+async def _no_handler(args: Any, ctx: CallContext) -> Any:
     raise ToolError("tool_not_found", "no such tool")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from daemon.screen.options import STABLE
 from daemon.wire import WireError, check
 from gadget import layouts
 from gadget.settings import GadgetSettings
@@ -235,8 +236,12 @@ class InputConfig:
     drag_limit_s: float = _key(
         60.0, _num(1, 3600), "a drag_start not completed by drag_release within this is undone"
     )
-    evidence_timeout_ms: int = _key(3500, _int(0, 60000), "post-action stability wait limit")
-    evidence_stable_ms: int = _key(500, _int(0, 60000), "post-action: unchanged this long")
+    evidence_timeout_ms: int = _key(
+        STABLE.timeout_ms, _int(0, 60000), "post-action stability wait limit"
+    )
+    evidence_stable_ms: int = _key(
+        STABLE.stable_ms, _int(0, 60000), "post-action: unchanged this long"
+    )
     focus_settle_ms: int = _key(
         300, _int(0, 10000), "enter_text: after the focusing tap, before typing"
     )

@@ -18,13 +18,13 @@ from aiohttp import web
 
 from daemon import systemd, toollab
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
-from daemon.backends import Backend, HidOutput, ProfileControl
+from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
-from daemon.engine import engine_for
-from daemon.frames import FrameSource
+from daemon.engine import InputEngine
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
+from daemon.sim.backend import SimulatedBackend
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.transports import limits
@@ -39,31 +39,6 @@ from gadget.log import configure_logging
 log = structlog.get_logger("daemon.service")
 
 
-class SimulatedBackend:
-    """The simulated target plays all three backends (daemon.sim)."""
-
-    def __init__(self, config: Config):
-        from daemon.sim.target import SimTarget
-
-        b = config.backend
-        self.target = SimTarget(
-            config.platform,
-            width=b.sim_width or None,
-            height=b.sim_height or None,
-            reenumerate_s=b.sim_reenumerate_s,
-            xkb_names=config.device.layout.xkb,
-        )
-        self.hid: HidOutput = self.target
-        self.profiles: ProfileControl = self.target
-        self.frames: FrameSource = self.target
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
 def build_backend(config: Config) -> Backend:
     if config.backend.kind == "simulated":
         return SimulatedBackend(config)
@@ -72,75 +47,98 @@ def build_backend(config: Config) -> Backend:
     return BoardBackend(config)
 
 
+def build(config: Config) -> Daemon:
+    """The composition root: every part made once, in dependency order, none set afterwards."""
+    backend = build_backend(config)
+    rt = Runtime(
+        config,
+        backend,
+        screen=Screen(backend.frames, config.capture),
+        engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
+        shell=ShellService(config),
+    )
+    catalog = build_catalog(rt)
+    auth = Auth(config, load_or_create_token(config))
+    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), rt.screen, config.ws)
+    ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[
+            limits.body_deadline(config.server.body_timeout_s),
+            security_middleware(auth),
+        ],
+    )
+    http_guard = Guard.preset(config.guard.http)
+    app.add_routes(HttpApi(catalog, auth, http_guard, config.server.max_body_bytes).routes())
+    app.add_routes(ws.routes())
+    app.add_routes(OpenApi(catalog, auth, http_guard).routes())
+    app.add_routes(McpEndpoint(catalog, auth, Guard.preset(config.guard.mcp)).routes())
+    app.add_routes(toollab.routes())
+    if isinstance(backend, SimulatedBackend):
+        from daemon.transports.sim_control import routes as sim_routes
+
+        app.add_routes(sim_routes(backend.target, auth))
+    return Daemon(rt, catalog, app, ws, ipc)
+
+
 class Daemon:
-    """One running daemon: runtime, catalog, aiohttp app and its listeners."""
+    """One built daemon: start() brings its parts up in order, stop() takes them down in the
+    reverse order (each start pushes its stop onto one exit stack, so a failed start also
+    undoes what had come up)."""
 
-    def __init__(self, config: Config):
-        self.config = config
-        self.backend = build_backend(config)
-        self.rt = Runtime(config, self.backend, Screen(self.backend.frames, config.capture))
-        self.rt.shell = ShellService(self.rt)
-        self.catalog: Catalog = build_catalog(self.rt)
-        self.auth = Auth(config, load_or_create_token(config))
-        self.app = web.Application(
-            client_max_size=config.server.max_body_bytes,
-            middlewares=[
-                limits.body_deadline(config.server.body_timeout_s),
-                security_middleware(self.auth),
-            ],
-        )
-        self.app["daemon"] = self
-        self.app.add_routes(
-            HttpApi(
-                self.catalog,
-                self.auth,
-                Guard.preset(config.guard.http),
-                config.server.max_body_bytes,
-            ).routes()
-        )
-        ws_guard = Guard.preset(config.guard.ws)
-        self.ws = WsTransport(self.catalog, self.auth, ws_guard, self.rt.screen, config.ws)
-        self.app.add_routes(self.ws.routes())
-        http_guard = Guard.preset(config.guard.http)
-        self.app.add_routes(OpenApi(self.catalog, self.auth, http_guard).routes())
-        mcp_guard = Guard.preset(config.guard.mcp)
-        self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
-        self.app.add_routes(toollab.routes())
-        if isinstance(self.backend, SimulatedBackend):
-            from daemon.transports.sim_control import routes as sim_routes
+    def __init__(
+        self, rt: Runtime, catalog: Catalog, app: web.Application, ws: WsTransport, ipc: IpcServer
+    ):
+        self.rt, self.config, self.backend = rt, rt.config, rt.backend
+        self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
+        self._stack = contextlib.AsyncExitStack()
 
-            self.app.add_routes(sim_routes(self.backend.target, self.auth))
-        # Transports and services register what must run at stop, in reverse order.
-        self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
-        self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers
-        # After the catalog drained: nothing held, any drag undone, the full profile live.
-        self.on_stop.append(engine_for(self.rt).close)
-        self.runner: web.AppRunner | None = None
-        self.ipc = IpcServer(self.catalog, config.ipc, Guard.preset(config.guard.ipc))
+    def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
+        async def logged() -> None:  # one failing stop must not keep the others from running
+            try:
+                await hook()
+            except Exception:
+                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
+
+        self._stack.push_async_callback(logged)
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
         await self.backend.start()
+        self._on_stop(self.backend.close)  # last: the gadget released and `full` left bound
         server = self.config.server
         limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
         # aiohttp's keepalive_timeout also runs from connect until the first request's header
         # is whole: it is the header timeout as well as the idle limit.
-        self.runner = web.AppRunner(
+        runner = web.AppRunner(
             self.app,
             handler_cancellation=True,
             access_log=None,
             keepalive_timeout=server.header_timeout_s,
         )
-        await self.runner.setup()
+        await runner.setup()
+        self._on_stop(runner.cleanup)
+        self._on_stop(self.rt.shell.close)
+        self._on_stop(self.ws.close_all)  # after HID drained: hosts got their answers
+        # After the catalog drained: nothing held, any drag undone, the full profile live.
+        self._on_stop(self.rt.engine.close)
         busy = limits.too_many_connections("HTTP", server.max_connections, "server")
         answer = limits.http_answer(
             "503 Service Unavailable", json.dumps(error_body(busy)).encode()
         )
         for addr in server.listen:
             await limits.CappedSite(
-                self.runner, addr, server.port, server.max_connections, answer
+                runner, addr, server.port, server.max_connections, answer
             ).start()
         await self.ipc.start()
-        self.on_stop.append(self.ipc.stop)  # closes the socket and removes its file
+        self._on_stop(self.ipc.stop)  # closes the socket and removes its file
+        self._on_stop(self._drain)  # first: running HID invocations finish or are cut
         log.info(
             "listening",
             addresses=self.config.server.listen,
@@ -150,25 +148,20 @@ class Daemon:
             tools=len(self.catalog.tools(Guard.preset("full-access"))),
         )
 
-    async def stop(self) -> None:
+    async def _drain(self) -> None:
         cut = await self.catalog.drain(self.config.server.shutdown_grace_s)
         if cut:
             log.warning("hid_invocations_cut_at_shutdown", count=cut)
-        for hook in reversed(self.on_stop):
-            try:
-                await hook()
-            except Exception:
-                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
-        if self.runner is not None:
-            await self.runner.cleanup()
-        await self.backend.close()
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
         log.info("stopped")
 
 
 async def serve(config: Config) -> None:
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
-    daemon = Daemon(config)
+    daemon = build(config)
     await daemon.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

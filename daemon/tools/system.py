@@ -11,9 +11,10 @@ from typing import Any
 
 import aiohttp
 
+from daemon import VERSION
 from daemon.catalog import CallContext, ToolSpec, object_schema, schema_errors
 from daemon.errors import ToolError
-from daemon.runtime import VERSION, Runtime
+from daemon.runtime import Runtime
 
 TEXT_ARGS = object_schema({"input": {"type": "string"}})
 
@@ -237,7 +238,7 @@ def weather_tool(rt: Runtime) -> ToolSpec:
                     "current": "temperature_2m,relative_humidity_2m,weather_code,wind_speed_10m",
                     "daily": "weather_code,temperature_2m_max,temperature_2m_min,"
                     "precipitation_probability_max",
-                    "forecast_days": args.get("days", 3),
+                    "forecast_days": args["days"],
                     "timezone": "auto",
                 },
                 _FORECAST_REPLY,

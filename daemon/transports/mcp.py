@@ -20,10 +20,10 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from daemon import VERSION
 from daemon.auth import Auth, Client
 from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
-from daemon.runtime import VERSION
 from daemon.transports.ws_codec import IMAGE_TYPES, is_artifact
 from daemon.wire import encoder, loads
 

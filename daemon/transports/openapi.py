@@ -14,9 +14,9 @@ from typing import Any
 import jsonschema
 from aiohttp import web
 
+from daemon import VERSION
 from daemon.auth import Auth
 from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec
-from daemon.runtime import VERSION
 from daemon.transports.http import STATUS
 
 REF = "#/components/schemas/"

@@ -31,7 +31,8 @@ from daemon.auth import Auth
 from daemon.catalog import CallContext, Catalog, Guard, ToolSpec, schema_errors, validation_error
 from daemon.config import WsConfig
 from daemon.errors import ToolError
-from daemon.screen.service import Screen, ShotOptions
+from daemon.screen.options import ShotOptions
+from daemon.screen.service import Screen
 from daemon.transports import ws_catalog
 from daemon.transports.http import error_body, iso_utc
 from daemon.transports.ws_codec import (

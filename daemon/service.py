@@ -27,11 +27,13 @@ from daemon.runtime import Runtime
 from daemon.screen.service import Screen
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
+from daemon.trace.recorder import Recorder
 from daemon.transports import limits
 from daemon.transports.http import HttpApi, error_body, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
@@ -106,6 +108,12 @@ class Daemon:
         mcp_guard = Guard.preset(config.guard.mcp)
         self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
         self.app.add_routes(toollab.routes())
+        # The flight recorder sees every invocation through the catalog's observer hook.
+        self.recorder = Recorder(self.catalog, config.state_dir, config.trace)
+        self.rt.extras["trace_status"] = self.recorder.status
+        self.app.add_routes(
+            TraceApi(self.recorder, self.catalog, self.auth, http_guard, self.rt.screen).routes()
+        )
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
@@ -120,6 +128,7 @@ class Daemon:
 
     async def start(self) -> None:
         await self.backend.start()
+        self.recorder.start()
         server = self.config.server
         limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
         # aiohttp's keepalive_timeout also runs from connect until the first request's header
@@ -161,6 +170,7 @@ class Daemon:
                 log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
         if self.runner is not None:
             await self.runner.cleanup()
+        await asyncio.to_thread(self.recorder.stop)  # after the last invocation ended
         await self.backend.close()
         log.info("stopped")
 

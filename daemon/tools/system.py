@@ -42,6 +42,9 @@ def health_tool(rt: Runtime) -> ToolSpec:
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = frames.available()
         extra = {"hid": board_status()} if board_status is not None else {}
+        trace = rt.extras.get("trace_status")  # the flight recorder's state, once it runs
+        if trace is not None:
+            extra["trace"] = trace()
         return {
             **extra,
             "ok": True,
@@ -80,6 +83,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "trace": {"type": "object"},
             },
             required=["ok", "version"],
         ),

@@ -31,7 +31,11 @@ log = structlog.get_logger("daemon.trace")
 REDACTED = "[redacted]"
 MAX_ARGS_CHARS = 64 << 10  # a bigger argument document is kept as a preview (not replayable)
 MAX_STRING_CHARS = 16 << 10  # long result strings (shell output) are cut in the record
-BATCH = 64
+BATCH = 256
+# After the first invocation of a batch the writer waits this long for more: one transaction
+# (and one wake-up of this thread) per window instead of one per call, so a burst of calls
+# shares the cost; the record is readable this much later.
+BATCH_WINDOW_S = 0.25
 PENDING_FRAMES = 16  # frames waiting for the writer; past it a new record comes without them
 _STOP = object()
 
@@ -80,6 +84,16 @@ def slim_result(value: Any) -> Any:
     return value
 
 
+def _result_json(result: Any) -> str | None:
+    if result is None:
+        return None
+    text = to_json(result)
+    # Most results are small and carry no screenshot: kept as they are, encoded once.
+    if len(text) > MAX_STRING_CHARS or '"format"' in text:
+        text = to_json(slim_result(result))
+    return text
+
+
 def to_json(value: Any) -> str:
     """JSON for the record whatever arrived (a refused call may carry NaN or odd types)."""
     try:
@@ -96,7 +110,7 @@ class Recorder:
         self.max_bytes = int(config.max_size_mb * (1 << 20))
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=4096)
         self._pending_frames = 0  # approximate (GIL-atomic int updates); bounds memory only
-        self._secrets: dict[str, frozenset[str]] = {}
+        self._facts: dict[str, tuple[str, bool, frozenset[str]]] = {}
         self.recorded = 0
         self.dropped = 0
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
@@ -164,6 +178,8 @@ class Recorder:
                 except queue.Empty:
                     first = None
                 batch = [] if first is None else [first]
+                if first is not None and first is not _STOP:
+                    time.sleep(BATCH_WINDOW_S)
                 while len(batch) < BATCH:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -177,8 +193,8 @@ class Recorder:
                         store.insert(conn, rows)
                         self.recorded += len(rows)
                     now = time.monotonic()
-                    over = store.used_bytes(conn) > self.max_bytes
-                    if over or now - last_age_prune >= self.config.prune_interval_s or rows:
+                    over = store.used_bytes(conn) > self.max_bytes  # reads 3 header fields
+                    if over or now - last_age_prune >= self.config.prune_interval_s:
                         removed = store.prune(conn, self.max_bytes, self.config.max_age_s)
                         last_age_prune = now
                         if removed:
@@ -194,14 +210,7 @@ class Recorder:
     def _row(self, inv: Invocation) -> store.Row:
         frames = [(kind, v) for kind, v in inv.evidence if kind in ("before", "after")]
         self._pending_frames -= len(frames)
-        try:
-            spec = self.catalog.get(inv.tool)
-            policy, hid = spec.policy, spec.hid
-            names = self._secrets.get(spec.name)
-            if names is None:
-                names = self._secrets[spec.name] = secret_names(self.catalog.args_schema(spec))
-        except Exception:  # an unknown tool's call is recorded too (tool_not_found)
-            policy, hid, names = "read", False, frozenset()
+        policy, hid, names = self._tool_facts(inv.tool)
         noted = dict(inv.evidence)
         args_json = to_json(redact(inv.args, names))
         if len(args_json) > MAX_ARGS_CHARS:
@@ -223,7 +232,7 @@ class Recorder:
             int(inv.client_gone),
             to_json(noted.get("profile_switches", [])),
             to_json(noted.get("released", [])),
-            to_json(slim_result(inv.result)) if inv.result is not None else None,
+            _result_json(inv.result),
         )
         # The first "before" and the last "after" (drag_start takes two after-shots).
         chosen: dict[str, Frame] = {}
@@ -231,6 +240,19 @@ class Recorder:
             if kind == "after" or kind not in chosen:
                 chosen[kind] = frame
         return store.Row(values, tuple(self._image(k, f) for k, f in chosen.items()))
+
+    def _tool_facts(self, name: str) -> tuple[str, bool, frozenset[str]]:
+        """(policy, hid, secret argument names) of a tool, looked up once per name."""
+        facts = self._facts.get(name)
+        if facts is None:
+            try:
+                spec = self.catalog.get(name)
+                facts = (spec.policy, spec.hid, secret_names(self.catalog.args_schema(spec)))
+            except Exception:  # an unknown tool's call is recorded too (tool_not_found)
+                facts = ("read", False, frozenset())
+            if len(self._facts) < 1024:  # unknown names come from callers: keep it bounded
+                self._facts[name] = facts
+        return facts
 
     def _image(self, kind: str, frame: Frame) -> store.Image:
         cfg = self.config

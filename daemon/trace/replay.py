@@ -85,7 +85,21 @@ async def replay(
             skipped.append({"index": index, "id": rec["id"], "tool": rec["tool"], "reason": why})
             continue
         if checkpoints and step.before is not None:
-            live = await screen.source.frame(timeout=screen.frame_timeout_s)
+            try:
+                live = await screen.source.frame(timeout=screen.frame_timeout_s)
+            except ToolError as exc:  # no screen to check against: stop, do not act blind
+                return {
+                    "ok": False,
+                    "completed": done,
+                    "skipped": skipped,
+                    "stopped": {
+                        "index": index,
+                        "id": rec["id"],
+                        "tool": rec["tool"],
+                        "reason": "capture_unavailable",
+                        "error": exc.to_dict(),
+                    },
+                }
             diff, live_jpeg = await asyncio.to_thread(
                 checkpoint, step.before, live, quality, threshold
             )

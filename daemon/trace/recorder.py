@@ -94,10 +94,14 @@ def _result_json(result: Any) -> str | None:
     return text
 
 
+# Built once: json.dumps with options builds a new encoder on every call (hot on every record).
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr).encode
+
+
 def to_json(value: Any) -> str:
     """JSON for the record whatever arrived (a refused call may carry NaN or odd types)."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, default=repr)
+        return _encode(value)
     except (ValueError, TypeError, RecursionError):
         return json.dumps(repr(value)[:MAX_STRING_CHARS])
 
@@ -232,7 +236,10 @@ class Recorder:
             int(inv.client_gone),
             to_json(noted.get("profile_switches", [])),
             to_json(noted.get("released", [])),
-            _result_json(inv.result),
+            # An input tool's result says what it did (its screenshot is in the images); other
+            # results are left out: bulky (screenshots, shell output), often sensitive, and
+            # encoding each health_check's would be most of the writer's work.
+            _result_json(inv.result) if hid else None,
         )
         # The first "before" and the last "after" (drag_start takes two after-shots).
         chosen: dict[str, Frame] = {}

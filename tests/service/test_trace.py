@@ -135,7 +135,7 @@ async def test_each_transport_call_appears_once_with_its_caller(make_daemon: Mak
     assert f"uid={os.getuid()}" in by["ipc"]["client"] or str(os.getuid()) in by["ipc"]["client"]
     for r in rows:
         assert r["outcome"] == "ok" and r["error_code"] is None and r["policy"] == "read"
-        assert r["result"]["ok"] is True and r["ended_at"] >= r["started_at"]
+        assert r["result"] is None and r["ended_at"] >= r["started_at"]  # input tools' only
     assert [r["started_at"] for r in rows] == sorted((r["started_at"] for r in rows), reverse=True)
     # No token anywhere in the record.
     assert CLIENT_TOKEN not in json.dumps(rows) and d.token not in json.dumps(rows)

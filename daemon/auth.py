@@ -45,12 +45,17 @@ class Client:
 
     authenticated: bool
     max_policy: str | None = None
+    token_id: str = ""  # "pairing" or "client-N" (N = its place in [auth].client_tokens)
 
 
 class Auth:
     def __init__(self, config: Config, pairing_token: str):
         self._tokens: list[tuple[str, str | None]] = [(pairing_token, None)]
         self._tokens += [(t["token"], t["max_policy"]) for t in config.auth.client_tokens]
+        # How a token is named in the flight recorder: never the secret, never a hash of it.
+        self._token_ids = ["pairing"] + [
+            f"client-{n}" for n in range(1, len(config.auth.client_tokens) + 1)
+        ]
         self.require_on_loopback = config.auth.require_on_loopback
         port = config.server.port
         names = {"localhost", "127.0.0.1", "[::1]", "::1"}
@@ -62,9 +67,9 @@ class Auth:
         if authorization and authorization.lower().startswith("bearer "):
             presented = authorization[7:].strip()
         if presented:
-            for token, max_policy in self._tokens:
+            for (token, max_policy), token_id in zip(self._tokens, self._token_ids, strict=True):
                 if hmac.compare_digest(presented.encode(), token.encode()):
-                    return Client(True, max_policy)
+                    return Client(True, max_policy, token_id)
         return Client(False)
 
     def require_token_for(self, tool: str, policy: str, client: Client, remote: str | None) -> None:

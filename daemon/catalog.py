@@ -9,10 +9,12 @@ the one log line per invocation.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -182,6 +184,44 @@ class CallContext:
     client: str = ""
     started_at: float = field(default_factory=time.monotonic)
     detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
+    invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    token_id: str = ""  # which token authenticated the caller (auth.Client.token_id), never it
+    # What the tool noted about itself for observers (note()): ("before"/"after", Frame),
+    # ("released", [...]), ("profile_switches", [...]).
+    evidence: list[tuple[str, Any]] = field(default_factory=list)
+
+
+# The call running in this task (and in the tasks and threads it starts), so deep helpers (the
+# screen, the input engine) can note evidence without every signature carrying the context.
+_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
+    "fingertip_call", default=None
+)
+
+
+def note(kind: str, value: Any) -> None:
+    """Attach evidence to the running invocation, if any (cheap: one list append)."""
+    ctx = _CURRENT.get()
+    if ctx is not None:
+        ctx.evidence.append((kind, value))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation, as observers (flight recorder, metrics) see it."""
+
+    id: str  # uuid4 hex, assigned when the call starts (CallContext.invocation_id)
+    tool: str
+    transport: str
+    client: str  # peer address as the transport knows it
+    args: Any  # the arguments as received (before redaction)
+    started_at: float  # time.time() at start
+    duration_ms: float
+    outcome: str  # "ok" | "error" | "cancelled"
+    error_code: str | None
+    result: Any = None
+    client_gone: bool = False
+    token_id: str = ""
+    evidence: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,6 +359,8 @@ class Catalog:
         self._specs: dict[str, ToolSpec] = {}
         self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
+        # Told of every finished invocation; each must be cheap and never block (hand off).
+        self.observers: list[Callable[[Invocation], None]] = []
         for spec in specs:
             self.register(spec)
 
@@ -439,6 +481,7 @@ class Catalog:
         spec: ToolSpec | None = None
         result: Any = None
         error: ToolError | None = None
+        token = _CURRENT.set(ctx)
         try:
             spec = self.get(name)
             result = await self._checked_call(spec, args, guard, ctx)
@@ -448,15 +491,20 @@ class Catalog:
             task = ctx.detached
             if task is not None and not task.done():
                 # The client left; the HID invocation goes on and is logged once, at its end.
-                task.add_done_callback(lambda t: self._log_detached(name, started, t, ctx))
+                task.add_done_callback(
+                    lambda t: self._log_detached(name, started, t, ctx, args, called_at)
+                )
             else:
-                self._log(name, started, "cancelled", "client_gone", ctx)
+                self._log(name, started, "cancelled", "client_gone", ctx, args, called_at)
             raise
         except Exception as exc:
             log.exception("tool_exception", tool=name)
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
+        finally:
+            _CURRENT.reset(token)
         code = error.code if error else None
-        self._log(name, started, "ok" if error is None else "error", code, ctx)
+        outcome = "ok" if error is None else "error"
+        self._log(name, started, outcome, code, ctx, args, called_at, result)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
         return Outcome(dummy, result, error, int((time.monotonic() - started) * 1000), called_at)
 
@@ -525,17 +573,26 @@ class Catalog:
         return len(still)
 
     def _log_detached(
-        self, name: str, started: float, task: asyncio.Task[Any], ctx: CallContext
+        self,
+        name: str,
+        started: float,
+        task: asyncio.Task[Any],
+        ctx: CallContext,
+        args: Any = None,
+        called_at: float = 0.0,
     ) -> None:
         code = None
+        result = None
         if task.cancelled():
             code = "tool_cancelled_at_shutdown"
         elif isinstance(exc := task.exception(), ToolError):
             code = exc.code
         elif exc is not None:
             code = "tool_execution_exception"
+        else:
+            result = task.result()
         outcome = "ok" if code is None else "error"
-        self._log(name, started, outcome, code, ctx, client_gone=True)
+        self._log(name, started, outcome, code, ctx, args, called_at, result, client_gone=True)
 
     def _log(
         self,
@@ -544,17 +601,44 @@ class Catalog:
         outcome: str,
         code: str | None,
         ctx: CallContext,
-        **extra: Any,
+        args: Any = None,
+        called_at: float = 0.0,
+        result: Any = None,
+        client_gone: bool = False,
     ) -> None:
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        extra = {"client_gone": True} if client_gone else {}
         log.info(
             "tool_invocation",
             tool=name,
             transport=ctx.transport,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            duration_ms=duration_ms,
             outcome=outcome,
             error_code=code,
             **extra,
         )
+        if not self.observers:
+            return
+        seen = Invocation(
+            ctx.invocation_id,
+            name,
+            ctx.transport,
+            ctx.client,
+            args,
+            called_at,
+            duration_ms,
+            outcome,
+            code,
+            result,
+            client_gone,
+            ctx.token_id,
+            tuple(ctx.evidence),
+        )
+        for observer in self.observers:
+            try:
+                observer(seen)
+            except Exception:  # an observer's fault never reaches the caller
+                log.exception("invocation_observer_failed", tool=name)
 
 
 async def _no_handler(args: Any, ctx: CallContext) -> Any:

@@ -186,6 +186,24 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class TraceConfig:
+    """The flight recorder (daemon/trace): <state.dir>/trace.db, bounded for an SD card."""
+
+    enabled: bool = _key(True, _BOOL, "record every invocation")
+    max_size_mb: float = _key(
+        256.0, _num(0.25, 65536), "live data kept; the oldest invocations go first past it"
+    )
+    max_age_s: float = _key(
+        7 * 86400.0, _num(1, 10 * 365 * 86400), "invocations older than this are dropped"
+    )
+    prune_interval_s: float = _key(60.0, _num(0.1, 86400), "age pruning when idle")
+    image_max_width: int = _key(
+        360, _int(64, 8192), "before/after screenshots are kept reduced to this width"
+    )
+    image_quality: int = _key(60, _int(1, 100), "their JPEG quality")
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     kind: str = _key("board", {"enum": ["board", "simulated"]})
     sim_width: int = _key(0, _int(0, 8192), "simulated screen width; 0 = by platform")
@@ -312,6 +330,7 @@ class Config:
     ipc: IpcConfig = field(default_factory=IpcConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     state: StateConfig = field(default_factory=StateConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     input: InputConfig = field(default_factory=InputConfig)

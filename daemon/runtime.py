@@ -4,8 +4,9 @@ daemon.service.build (the composition root) and never changed after."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon.backends import Backend
 from daemon.config import Config
@@ -36,6 +37,9 @@ class Runtime:
     engine: InputEngine  # the one serialized HID flow every input tool shares
     shell: ShellService
     run_state: RunState = field(default_factory=RunState)
+    # health_check's sections from parts built after the catalog (the flight recorder's state):
+    # filled by the composition root, read by health_check.
+    status: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
 
     @property

@@ -27,11 +27,13 @@ from daemon.screen.service import Screen
 from daemon.sim.backend import SimulatedBackend
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
+from daemon.trace.recorder import Recorder
 from daemon.transports import limits
 from daemon.transports.http import HttpApi, error_body, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
@@ -74,11 +76,15 @@ def build(config: Config) -> Daemon:
     app.add_routes(OpenApi(catalog, auth, http_guard).routes())
     app.add_routes(McpEndpoint(catalog, auth, Guard.preset(config.guard.mcp)).routes())
     app.add_routes(toollab.routes())
+    # The flight recorder sees every invocation through the catalog's observer hook.
+    recorder = Recorder(catalog, config.state_dir, config.trace)
+    rt.status["trace"] = recorder.status
+    app.add_routes(TraceApi(recorder, catalog, auth, http_guard, rt.screen).routes())
     if isinstance(backend, SimulatedBackend):
         from daemon.transports.sim_control import routes as sim_routes
 
         app.add_routes(sim_routes(backend.target, auth))
-    return Daemon(rt, catalog, app, ws, ipc)
+    return Daemon(rt, catalog, app, ws, ipc, recorder)
 
 
 class Daemon:
@@ -87,10 +93,17 @@ class Daemon:
     undoes what had come up)."""
 
     def __init__(
-        self, rt: Runtime, catalog: Catalog, app: web.Application, ws: WsTransport, ipc: IpcServer
+        self,
+        rt: Runtime,
+        catalog: Catalog,
+        app: web.Application,
+        ws: WsTransport,
+        ipc: IpcServer,
+        recorder: Recorder,
     ):
         self.rt, self.config, self.backend = rt, rt.config, rt.backend
         self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
+        self.recorder = recorder
         self._stack = contextlib.AsyncExitStack()
 
     def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
@@ -112,6 +125,9 @@ class Daemon:
     async def _start(self) -> None:
         await self.backend.start()
         self._on_stop(self.backend.close)  # last: the gadget released and `full` left bound
+        self.recorder.start()
+        # Before the backend closes, after the last invocation ended (the drain runs first).
+        self._on_stop(lambda: asyncio.to_thread(self.recorder.stop))
         server = self.config.server
         limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
         # aiohttp's keepalive_timeout also runs from connect until the first request's header

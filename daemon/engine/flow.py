@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from daemon.backends import HidOutput, ProfileControl
+from daemon.catalog import note
 from daemon.config import InputConfig
 from daemon.engine import program as prog
 from daemon.engine.executor import Held, execute
@@ -196,6 +197,8 @@ class Session:
             engine.end_drag()
         released = await engine.release_all(keep_pointer=self._keep_contact)
         restored = await engine.restore_full(self)
+        note("released", released)
+        note("profile_switches", list(self.switches))
         if released or restored or self.switches:
             log.info(
                 "input_invocation_end",

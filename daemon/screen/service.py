@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from daemon.catalog import note
 from daemon.config import CaptureConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
@@ -94,7 +95,9 @@ class Screen:
     async def baseline(self) -> Frame | None:
         """The frame before an action, best effort: None when capture is unavailable."""
         try:
-            return await self.source.frame(timeout=self.baseline_timeout_s)
+            frame = await self.source.frame(timeout=self.baseline_timeout_s)
+            note("before", frame)  # the flight recorder keeps the screen each action started on
+            return frame
         except ToolError as e:
             log.info("screen.no_baseline", code=e.code, reason=e.message)
             return None
@@ -128,6 +131,7 @@ class Screen:
             frame, final_sig = settled.frame, settled.signature
         else:
             frame = await self.source.frame(newer_than=since, timeout=self.frame_timeout_s)
+        note("after", frame)
         if baseline is not None:
             out["screen_changed"] = await asyncio.to_thread(
                 _changed, baseline, frame, final_sig, stability.diff_threshold

@@ -12,7 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 HERE = Path(__file__).resolve().parent
-ASSETS = ("app.js", "app.css")
+ASSETS = ("app.js", "app.css", "history.js", "history.css")
 
 # The page only talks to its own origin; screenshots arrive as data: URLs.
 HEADERS = {

@@ -51,7 +51,11 @@ ARGS = object_schema(
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
         "cwd": {"type": "string", "pattern": _NO_NUL},
         "session": {"type": "string", "description": "session id (read, write, stop)"},
-        "input": {"type": "string", "description": "text written to the session's stdin"},
+        "input": {
+            "type": "string",
+            "description": "text written to the session's stdin",
+            "writeOnly": True,  # may be a password: the flight recorder keeps it redacted
+        },
     },
     allOf=[
         {

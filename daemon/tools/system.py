@@ -43,6 +43,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = frames.available()
         extra = {"hid": board_status()} if board_status is not None else {}
+        extra.update({name: section() for name, section in rt.status.items()})
         return {
             **extra,
             "ok": True,
@@ -81,6 +82,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "trace": {"type": "object"},
             },
             required=["ok", "version"],
         ),

@@ -144,7 +144,7 @@ class HttpApi:
             name,
             args,
             guard=self.guard.lowered(client.max_policy),
-            ctx=CallContext("http", client=request.remote or ""),
+            ctx=CallContext("http", client=request.remote or "", token_id=client.token_id),
         )
         return self._outcome(outcome, raw_input)
 

@@ -269,7 +269,7 @@ class McpEndpoint:
             name,
             args,
             guard=self.guard.lowered(client.max_policy),
-            ctx=CallContext("mcp", client=request.remote or ""),
+            ctx=CallContext("mcp", client=request.remote or "", token_id=client.token_id),
         )
         try:
             return call_result(outcome)

@@ -198,6 +198,7 @@ class WsTransport:
             )
         await ws.prepare(request)
         session = Session(self, ws, self.guard.lowered(client.max_policy), request.remote or "")
+        session.token_id = client.token_id
         self.sessions.add(session)
         log.info("ws_connected", remote=session.remote, max_policy=session.guard.max_policy)
         try:
@@ -303,7 +304,10 @@ class WsTransport:
         if spec is not None and ws_catalog.is_flattened(spec):
             args = ws_catalog.flatten_arguments(args)
         done = await self.catalog.call(
-            req.tool_id, args, guard=session.guard, ctx=CallContext("ws", client=session.remote)
+            req.tool_id,
+            args,
+            guard=session.guard,
+            ctx=CallContext("ws", client=session.remote, token_id=session.token_id),
         )
         if done.error is not None:
             return failure(req.tool_id, done.error)
@@ -418,6 +422,7 @@ class Session:
         self.ws = ws
         self.guard = guard
         self.remote = remote
+        self.token_id = ""  # which token opened this socket (auth.Client.token_id)
         self.tasks: set[asyncio.Task[None]] = set()
         self.send_lock = asyncio.Lock()
         self.count = 0

@@ -28,11 +28,12 @@ from daemon.screen.service import Screen
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.transports import limits
-from daemon.transports.http import HttpApi, error_body, security_middleware
+from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
 from daemon.transports.ws import WsTransport
+from daemon.wire import error_body
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
 
@@ -99,7 +100,7 @@ class Daemon:
             ).routes()
         )
         ws_guard = Guard.preset(config.guard.ws)
-        self.ws = WsTransport(self.catalog, self.auth, ws_guard, self.rt.screen, config.ws)
+        self.ws = WsTransport(self.catalog, self.auth, ws_guard, config.ws)
         self.app.add_routes(self.ws.routes())
         http_guard = Guard.preset(config.guard.http)
         self.app.add_routes(OpenApi(self.catalog, self.auth, http_guard).routes())

@@ -16,7 +16,8 @@ Out, `encoder` builds the replies' JSON encoders: NaN is refused (ValueError, wh
 transport turns into its stable error) and a lone surrogate that reached a reply anyway (a
 tool's text) becomes U+FFFD instead of an unencodable reply.
 
-Pure and stdlib-only: the one-shot CLI imports this module and must stay light.
+Pure and stdlib-only (daemon.errors aside): the one-shot CLI imports this module and must stay
+light.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
+
+from daemon.errors import ToolError
 
 MAX_DEPTH = 32  # nested arrays/objects; the deepest real request (a WS batch call) is about 8
 
@@ -126,3 +131,64 @@ def encoder(**options: Any) -> Callable[[Any], str]:
         return scrub(enc.encode(value))
 
     return encode
+
+
+# -- helpers shared by the transports (one place; transports never import each other) ---------
+
+# The HTTP port's status for each error code (the tools API, its OpenAPI description, the
+# WebSocket upgrade's refusals and the connection cap all answer with it). Unlisted: 200 for a
+# tool failure, 500 for an error outside any tool call.
+STATUS = {
+    "tool_call_payload_invalid": 400,
+    "tool_arguments_invalid": 400,
+    "auth_required": 401,
+    "tool_execution_denied": 403,
+    "host_not_allowed": 403,
+    "origin_not_allowed": 403,
+    "tool_not_found": 404,
+    "request_too_large": 413,
+    "tool_execution_exception": 500,
+    "tool_result_schema_invalid": 500,
+    "tool_unavailable": 503,
+    "too_many_connections": 503,
+}
+
+IMAGE_TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
+
+# Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
+dumps = encoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def iso_utc(ts: float) -> str:
+    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def output_text(result: Any) -> str:
+    """A result as the text a reply carries: a string as is, anything else compact JSON."""
+    if isinstance(result, str):
+        return result
+    return dumps(result)
+
+
+def error_body(error: ToolError) -> dict[str, Any]:
+    """The HTTP tools API's body for an error raised before any tool is known."""
+    return {
+        "tool": None,
+        "raw_input": "",
+        "output": output_text(error.to_dict()),
+        "is_error": True,
+        "duration_ms": 0,
+        "called_at": iso_utc(time.time()),
+        "error": error.to_dict(),
+    }
+
+
+def is_artifact(result: Any) -> bool:
+    """A screen-bearing result: base64 image data (a screenshot) that transports may carry
+    apart from the rest (an ASFT transfer, an MCP image item)."""
+    return (
+        isinstance(result, dict)
+        and isinstance(result.get("data"), str)
+        and result.get("format") in IMAGE_TYPES
+    )

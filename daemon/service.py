@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon import systemd, toollab
+from daemon import systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Catalog, Guard
@@ -167,6 +167,7 @@ class Daemon:
 
 
 async def serve(config: Config) -> None:
+    wire.use_orjson()  # the daemon's wire parser (the CLI keeps json alone)
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
     daemon = Daemon(config)

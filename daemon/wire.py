@@ -16,8 +16,8 @@ Out, `encoder` builds the replies' JSON encoders: NaN is refused (ValueError, wh
 transport turns into its stable error) and a lone surrogate that reached a reply anyway (a
 tool's text) becomes U+FFFD instead of an unencodable reply.
 
-Pure, stdlib-only but for daemon.errors and orjson: the one-shot CLI imports this module and
-must stay light.
+Pure and stdlib-only (orjson only once the daemon asks, use_orjson): the one-shot CLI imports
+this module and must stay light.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from daemon.errors import ToolError
+if TYPE_CHECKING:  # the CLI imports this module: no other daemon module at run time
+    from daemon.errors import ToolError
 
 MAX_DEPTH = 32  # nested arrays/objects; the deepest real request (a WS batch call) is about 8
 
@@ -57,23 +56,35 @@ _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 # orjson reads a number of 19 or more digits as a float where json keeps an int: such text (rare)
 # takes the json path, so every accepted value stays exactly what json.loads gives.
 _LONG_NUMBER = re.compile(rb"\d{19}")
+_orjson_loads: Callable[[bytes], Any] | None = None
+
+
+def use_orjson() -> None:
+    """Parse with orjson first from now on (the daemon, at start: several times faster on every
+    request). The one-shot CLI never calls it and stays stdlib-only."""
+    global _orjson_loads
+    import orjson
+
+    _orjson_loads = orjson.loads
 
 
 def loads(data: str | bytes | bytearray) -> Any:
     """Strict JSON text to a value that passes `check`. Bytes are decoded as json.loads does
     (UTF-8, or UTF-16/32 detected); a str must not start with a BOM.
 
-    orjson parses first (several times faster on every request); whatever it refuses goes
-    through json, which accepts or refuses it, with its own message, exactly as before."""
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    if not raw.startswith((b"\xef\xbb\xbf", b"\xfe", b"\xff")) and not _LONG_NUMBER.search(raw):
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            check(value)
-            return value
+    After use_orjson(), orjson parses first; whatever it refuses (or could read differently)
+    goes through json, which accepts or refuses it, with its own message, exactly as before."""
+    fast = _orjson_loads
+    if fast is not None:
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+        if not raw.startswith((b"\xef\xbb\xbf", b"\xfe", b"\xff")) and not _LONG_NUMBER.search(raw):
+            try:
+                value = fast(raw)
+            except ValueError:  # orjson.JSONDecodeError
+                pass
+            else:
+                check(value)
+                return value
     return _json_loads(data)
 
 

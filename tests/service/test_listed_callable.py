@@ -42,13 +42,15 @@ def check(transport: str, listed: set[str], codes: dict[str, str]) -> None:
         assert (code == "tool_not_found") == (name not in listed), (transport, name, code)
 
 
-def test_http(android: DaemonProcess) -> None:
+async def test_http(android: DaemonProcess) -> None:
     listed = {t["name"] for t in android.get_json("/api/tools")["tools"]}
     assert {"mouse_move", "mouse_scroll"} <= listed  # diagnostics: listed, marked unavailable
     codes = {}
-    for name in universe(android):
-        body = android.post_json(f"/api/tools/{name}", {"input": BAD})
-        codes[name] = body["error"]["code"] if body["is_error"] else "ok"
+    async with aiohttp.ClientSession() as s:
+        for name in universe(android):
+            async with s.post(f"{android.base}/api/tools/{name}", json={"input": BAD}) as r:
+                body = await r.json()
+            codes[name] = body["error"]["code"] if body["is_error"] else "ok"
     check("http", listed, codes)
     assert codes["mouse_move"] == "tool_unavailable"
 

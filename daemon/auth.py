@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from aiohttp.web import BaseRequest
+
+from daemon.catalog import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
-from daemon.errors import ToolError
 
 TOKEN_FILE = "pairing-token"
 
@@ -72,17 +74,30 @@ class Auth:
                     return Client(True, max_policy, token_id)
         return Client(False)
 
-    def require_token_for(self, tool: str, policy: str, client: Client, remote: str | None) -> None:
-        """The network rule of every HTTP-borne transport: write and critical tools need the
-        pairing token on anything but loopback (or on loopback too, when configured)."""
-        if policy == "read" or client.authenticated:
-            return
-        if is_loopback(remote) and not self.require_on_loopback:
-            return
-        raise ToolError(
-            "auth_required",
-            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
-            "(the pairing token in the state folder)",
+    def caller(
+        self,
+        transport: str,
+        guard: Guard,
+        request: BaseRequest,
+        *,
+        query_token: bool = False,
+        kind: str | None = None,
+    ) -> Caller:
+        """The Caller of one request on the HTTP port: its token (header, or ?token= where the
+        transport takes it), its max policy, and whether this connection needs a token for
+        write tools. `kind` names its row of catalog.CALLER_KINDS (default: the transport)."""
+        token = request.query.get("token") if query_token else None
+        client = self.client(request.headers.get("Authorization"), token)
+        remote = request.remote
+        return Caller(
+            transport,
+            guard,
+            peer=remote or "",
+            authenticated=client.authenticated,
+            token_id=client.token_id,
+            token_required=self.require_on_loopback or not is_loopback(remote),
+            max_policy=client.max_policy,
+            **CALLER_KINDS[kind or transport],
         )
 
     def host_allowed(self, host: str | None) -> bool:

@@ -23,8 +23,9 @@ import fastjsonschema
 import jsonschema
 import structlog
 
+from daemon import evidence
 from daemon.errors import ToolError
-from daemon.wire import WireError, check
+from daemon.wire import WireError, check, encoder, loads
 
 log = structlog.get_logger("daemon.catalog")
 
@@ -73,6 +74,90 @@ class Guard:
             "executionEnabled": self.execution_enabled,
             "maxPolicy": self.max_policy,
         }
+
+
+# model: the conversational catalog (agent exposure only); diagnostic: what a person or a test
+# harness may inspect (HTTP diagnostics too). Internal tools are for no audience.
+Audience = Literal["model", "diagnostic"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls, as its transport read it from its own wire (Auth.caller for the HTTP port).
+    From it the catalog alone decides, once, what this caller sees and may run."""
+
+    transport: str
+    guard: Guard  # the transport's [guard] preset, before the client's token lowers it
+    audience: Audience = "diagnostic"
+    peer: str = ""
+    authenticated: bool = False
+    # Write and critical tools need a valid token on this connection (off loopback, or on
+    # loopback too with [auth].require_on_loopback); False for the local socket and in-process.
+    token_required: bool = False
+    max_policy: str | None = None  # the client token's maxToolPolicy
+    other_platforms: bool = False  # tools of other targets stay listed, marked unavailable
+    one_shot: bool = False  # no agent run to end: terminating tools are not for it
+    # A text-mode tool's arguments arrive flattened to strings (the WS flattened-string form).
+    flattened_text: bool = False
+    token_id: str = ""  # which token authenticated it (auth.Client.token_id), never the token
+    effective: Guard = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effective", self.guard.lowered(self.max_policy))
+
+    def check_token(self, tool: str, policy: str) -> None:
+        """The network rule: write and critical tools need the pairing (or a client) token
+        wherever this connection requires one."""
+        if policy == "read" or self.authenticated or not self.token_required:
+            return
+        raise ToolError(
+            "auth_required",
+            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
+            "(the pairing token in the state folder)",
+        )
+
+
+# What kind of caller each transport is, as Caller's keyword arguments: the one table of who
+# sees what. The HTTP tools API (and its OpenAPI description) is for people and test harnesses;
+# MCP and the skill bundle are a model's view of this target; a WebSocket host sees the model's
+# tools of every platform (another target's marked unavailable) and sends text tools' arguments
+# flattened; the IPC socket serves one-shot processes, which have no agent run to end.
+CALLER_KINDS: dict[str, dict[str, Any]] = {
+    "http": {"audience": "diagnostic", "other_platforms": True},
+    "skills": {"audience": "model"},
+    "mcp": {"audience": "model"},
+    "ws": {"audience": "model", "other_platforms": True, "flattened_text": True},
+    "ipc": {"audience": "model", "one_shot": True},
+}
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Arguments a transport decodes only once the catalog knows the tool and admitted the
+    caller, so a bad body never hides "no such tool" or "needs a token". `decode` raises
+    ToolError for a wire problem."""
+
+    decode: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class RawText:
+    """Arguments sent as text: a text-mode tool takes it as its input, a json tool parses it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AfterCall:
+    """Post-call evidence asked with a call: after `delay_ms`, the screenshot tool run with
+    `screenshot` as its arguments, inside the same invocation (inside the HID flow for HID
+    tools), so it shows this call's end state and no one else's action."""
+
+    screenshot: dict[str, Any]
+    delay_ms: int = 0
+
+
+EVIDENCE_TOOL = "screenshot"
 
 
 @dataclass(frozen=True)
@@ -233,10 +318,19 @@ class Outcome:
     error: ToolError | None
     duration_ms: int
     called_at: float  # time.time()
+    evidence: Outcome | None = None  # the AfterCall screenshot's own outcome, when asked
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def unknown(self) -> bool:
+        """The caller named no tool it may see (the lookup failed, nothing ran)."""
+        return self.tool.handler is _no_handler
+
+
+_flat = encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _compact(value: Any) -> str:
@@ -384,27 +478,53 @@ class Catalog:
 
     def tools(
         self,
-        guard: Guard,
+        caller: Caller | Guard,
         *,
         model_facing: bool = False,
         exclude: Iterable[str] = (),
     ) -> list[ToolSpec]:
-        """The tools a caller under `guard` may see, sorted by name.
+        """The tools `caller` may see, sorted by name: exactly those it may call (or be refused
+        only by its guard's policy at call time, never as unknown).
 
-        model_facing=True is the platform-filtered conversational catalog; otherwise platform
-        specific tools stay listed (for the Tool Lab and manual diagnostics).
+        A bare Guard is an in-process caller: model_facing=True is then the platform-filtered
+        conversational catalog, otherwise every tool but the internal ones.
         """
+        who = caller if isinstance(caller, Caller) else in_process(caller, model_facing)
+        guard = who.effective
         if not guard.discovery_enabled:
             return []
         skip = set(exclude)
-        out = []
-        for spec in sorted(self._specs.values(), key=lambda s: s.name):
-            if spec.exposure == "internal" or spec.name in skip or not guard.permits(spec.policy):
-                continue
-            if model_facing and (spec.exposure != "agent" or not self.runs_here(spec)):
-                continue
-            out.append(spec)
-        return out
+        return [
+            spec
+            for spec in sorted(self._specs.values(), key=lambda s: s.name)
+            if spec.name not in skip
+            and guard.permits(spec.policy)
+            and self._hidden(spec, who) is None
+        ]
+
+    def _hidden(self, spec: ToolSpec, caller: Caller) -> str | None:
+        """Why `caller` may neither see nor call `spec` (None: it may): the one visibility rule
+        of every transport (exposure, audience, platform, terminating)."""
+        if spec.exposure == "internal" or (caller.audience == "model" and spec.exposure != "agent"):
+            return f"no tool named {spec.name!r}"
+        if not caller.other_platforms and not self.runs_here(spec):
+            return f"{spec.name} does not run on device_type {self.platform}"
+        if caller.one_shot and spec.terminating:
+            return (
+                f"{spec.name} only makes sense inside an agent run; it is not exposed over "
+                f"{caller.transport.upper()}"
+            )
+        return None
+
+    def lookup(self, name: str, caller: Caller) -> ToolSpec:
+        """The tool `caller` names, if it may see it; else tool_not_found."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ToolError("tool_not_found", f"no tool named {name!r}", details={"tool": name})
+        reason = self._hidden(spec, caller)
+        if reason is not None:
+            raise ToolError("tool_not_found", reason, details={"tool": name})
+        return spec
 
     def runs_here(self, spec: ToolSpec) -> bool:
         return spec.platforms is None or self.platform in spec.platforms
@@ -469,22 +589,40 @@ class Catalog:
         filled = with_defaults(schema, args)
         return spec.args_type(**filled) if spec.args_type is not None else filled
 
-    async def call(self, name: str, args: Any, *, guard: Guard, ctx: CallContext) -> Outcome:
-        """Run one tool: lookup, guard, availability, validation, execution, result check.
+    async def call(
+        self,
+        name: str,
+        args: Any,
+        caller: Caller | None = None,
+        *,
+        after: AfterCall | None = None,
+        guard: Guard | None = None,
+        ctx: CallContext | None = None,
+    ) -> Outcome:
+        """Run one tool for `caller`: visibility, token rule, text mode, guard, availability,
+        validation, execution, result check, and the evidence asked `after` it.
 
-        Never raises for tool problems: the Outcome carries the ToolError. HID tools run in a
-        task of their own, shielded from the caller: once accepted they finish (or hit the
-        server-side limit) even when the client goes away.
+        Without a caller, an in-process one under `guard`. Never raises for tool problems: the
+        Outcome carries the ToolError. HID tools run in a task of their own, shielded from the
+        caller: once accepted they finish (or hit the server-side limit) even when the client
+        goes away.
         """
         called_at = time.time()
         started = time.monotonic()
+        if caller is None:
+            caller = in_process(guard or Guard.preset("full-access"))
+        if ctx is None:
+            ctx = CallContext(caller.transport, client=caller.peer, token_id=caller.token_id)
         spec: ToolSpec | None = None
         result: Any = None
         error: ToolError | None = None
+        shot: list[Outcome] = []
         token = _CURRENT.set(ctx)
         try:
-            spec = self.get(name)
-            result = await self._checked_call(spec, args, guard, ctx)
+            spec = self.lookup(name, caller)
+            caller.check_token(name, spec.policy)
+            args = self._arguments(spec, args, caller)
+            result = await self._checked_call(spec, args, caller.effective, ctx, after, shot)
         except ToolError as exc:
             error = exc
         except asyncio.CancelledError:
@@ -503,12 +641,45 @@ class Catalog:
         finally:
             _CURRENT.reset(token)
         code = error.code if error else None
+        evidence = shot[0] if shot and error is None else None
+        extra: dict[str, Any] = {} if after is None else {"evidence": _evidence_word(evidence)}
         outcome = "ok" if error is None else "error"
-        self._log(name, started, outcome, code, ctx, args, called_at, result)
+        self._log(name, started, outcome, code, ctx, args, called_at, result, **extra)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
-        return Outcome(dummy, result, error, int((time.monotonic() - started) * 1000), called_at)
+        ms = int((time.monotonic() - started) * 1000)
+        return Outcome(dummy, result, error, ms, called_at, evidence)
 
-    async def _checked_call(self, spec: ToolSpec, args: Any, guard: Guard, ctx: CallContext) -> Any:
+    def _arguments(self, spec: ToolSpec, args: Any, caller: Caller) -> Any:
+        """The arguments as the tool takes them, however the caller's wire carried them."""
+        if isinstance(args, Deferred):
+            args = args.decode()
+        if isinstance(args, RawText):
+            if spec.input_mode == "text":
+                return {"input": args.text}
+            try:
+                return loads(args.text) if args.text.strip() else {}
+            except WireError as exc:
+                raise ToolError(
+                    "tool_call_payload_invalid",
+                    f"raw_input is not valid JSON for this json tool: {exc}",
+                ) from None
+        if spec.input_mode != "text":
+            return args
+        if isinstance(args, str):  # a text tool's plain input
+            return {"input": args}
+        if caller.flattened_text and isinstance(args, dict):
+            return flatten_arguments(args)
+        return args
+
+    async def _checked_call(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        guard: Guard,
+        ctx: CallContext,
+        after: AfterCall | None = None,
+        shot: list[Outcome] | None = None,
+    ) -> Any:
         if not guard.execution_enabled:
             raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
         if not guard.permits(spec.policy):
@@ -523,12 +694,12 @@ class Catalog:
         if not avail.available:
             raise avail.to_error(spec.name)
         args = self.validate_arguments(spec, args)
+        run = self._with_evidence(spec, args, ctx, after, shot) if after is not None else None
         if spec.hid:
-            result = await self._run_detached(spec, args, ctx)
+            result = await self._run_detached(spec, args, ctx, run)
         else:
-            result = await self._run_with_limit(
-                spec, args, ctx, spec.timeout_s or self.tool_timeout_s
-            )
+            limit = spec.timeout_s or self.tool_timeout_s
+            result = await self._run_with_limit(spec, args, ctx, limit, run)
         errors = schema_errors(spec.result_schema, result)
         try:  # a reply never carries NaN, Infinity or a string it cannot encode
             check(result)
@@ -539,20 +710,92 @@ class Catalog:
             raise validation_error(errors, "result")
         return result
 
+    def _with_evidence(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        after: AfterCall,
+        shot: list[Outcome] | None,
+    ) -> Callable[[], Awaitable[Any]]:
+        """The handler, then the evidence: taken by the HID flow as the invocation ends (see
+        daemon.evidence), else right after the handler, in the same task either way."""
+        out = shot if shot is not None else []
+
+        async def take() -> None:
+            out.append(await self._screenshot_evidence(after, ctx))
+
+        async def run() -> Any:
+            hook = evidence.InFlowHook(take)
+            token = evidence.current.set(hook)
+            try:
+                result = await spec.handler(args, ctx)
+            finally:
+                evidence.current.reset(token)
+            if not hook.taken:
+                await hook()
+            return result
+
+        return run
+
+    async def _screenshot_evidence(self, after: AfterCall, ctx: CallContext) -> Outcome:
+        """The screenshot tool's own checks and handler; a failure is the evidence's, never
+        the call's (the action already happened)."""
+        started, called_at = time.monotonic(), time.time()
+        result: Any = None
+        error: ToolError | None = None
+        spec = self._specs.get(EVIDENCE_TOOL)
+        try:
+            if after.delay_ms:
+                await asyncio.sleep(after.delay_ms / 1000)
+            if spec is None:
+                raise ToolError("tool_not_found", f"no tool named {EVIDENCE_TOOL!r}")
+            avail = self.availability(spec)
+            if not avail.available:  # say why in the availability's own words
+                raise ToolError(
+                    avail.code or "tool_unavailable",
+                    avail.reason or f"{EVIDENCE_TOOL} is unavailable",
+                    retryable=avail.retryable,
+                )
+            shot_args = self.validate_arguments(spec, after.screenshot)
+            result = await spec.handler(shot_args, ctx)
+            errors = schema_errors(spec.result_schema, result)
+            if errors:
+                raise validation_error(errors, "result")
+        except ToolError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("evidence_failed", tool=EVIDENCE_TOOL)
+            error = ToolError("tool_execution_exception", f"screenshot evidence failed: {exc!r}")
+        dummy = spec or ToolSpec(EVIDENCE_TOOL, "", "unknown", "read", _no_handler)
+        ms = int((time.monotonic() - started) * 1000)
+        return Outcome(dummy, result, error, ms, called_at)
+
     async def _run_with_limit(
-        self, spec: ToolSpec, args: Any, ctx: CallContext, limit: float
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        limit: float,
+        run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         try:
             async with asyncio.timeout(limit):
-                return await spec.handler(args, ctx)
+                return await (run() if run is not None else spec.handler(args, ctx))
         except TimeoutError:
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None
 
-    async def _run_detached(self, spec: ToolSpec, args: Any, ctx: CallContext) -> Any:
+    async def _run_detached(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        run: Callable[[], Awaitable[Any]] | None = None,
+    ) -> Any:
         limit = spec.timeout_s or self.hid_timeout_s
-        task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit))
+        task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit, run))
         ctx.detached = task
         self._detached.add(task)
         task.add_done_callback(self._detached.discard)
@@ -604,10 +847,12 @@ class Catalog:
         args: Any = None,
         called_at: float = 0.0,
         result: Any = None,
+        *,
         client_gone: bool = False,
+        **fields: Any,
     ) -> None:
         duration_ms = round((time.monotonic() - started) * 1000, 1)
-        extra = {"client_gone": True} if client_gone else {}
+        extra = {"client_gone": True, **fields} if client_gone else fields
         log.info(
             "tool_invocation",
             tool=name,
@@ -619,6 +864,8 @@ class Catalog:
         )
         if not self.observers:
             return
+        if isinstance(args, Deferred | RawText):  # refused before its body was read
+            args = None
         seen = Invocation(
             ctx.invocation_id,
             name,
@@ -639,6 +886,29 @@ class Catalog:
                 observer(seen)
             except Exception:  # an observer's fault never reaches the caller
                 log.exception("invocation_observer_failed", tool=name)
+
+
+def in_process(guard: Guard, model_facing: bool = False) -> Caller:
+    """The daemon itself (start-up counts, tests): trusted, every tool but the internal ones,
+    or with model_facing the platform-filtered conversational catalog."""
+    if model_facing:
+        return Caller("in-process", guard, "model", authenticated=True)
+    return Caller("in-process", guard, "diagnostic", authenticated=True, other_platforms=True)
+
+
+def flatten_arguments(arguments: Any) -> Any:
+    """What a flattened-string tool receives: every value a string (non-strings as compact
+    JSON, so true -> "true", 5 -> "5"), nulls dropped."""
+    if not isinstance(arguments, dict):
+        return arguments
+    return {k: v if isinstance(v, str) else _flat(v) for k, v in arguments.items() if v is not None}
+
+
+def _evidence_word(outcome: Outcome | None) -> str:
+    """The evidence in the invocation's one log line: ok, or its error code."""
+    if outcome is None:
+        return "none"
+    return "ok" if outcome.error is None else outcome.error.code
 
 
 async def _no_handler(args: Any, ctx: CallContext) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon import systemd, toollab
+from daemon import systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
@@ -29,12 +29,13 @@ from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.trace.recorder import Recorder
 from daemon.transports import limits
-from daemon.transports.http import HttpApi, error_body, security_middleware
+from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
 from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
+from daemon.wire import error_body
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
 
@@ -61,7 +62,7 @@ def build(config: Config) -> Daemon:
     )
     catalog = build_catalog(rt)
     auth = Auth(config, load_or_create_token(config))
-    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), rt.screen, config.ws)
+    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
@@ -175,6 +176,7 @@ class Daemon:
 
 
 async def serve(config: Config) -> None:
+    wire.use_orjson()  # the daemon's wire parser (the CLI keeps json alone)
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
     daemon = build(config)

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
+from daemon import evidence
 from daemon.backends import HidOutput, ProfileControl
 from daemon.catalog import note
 from daemon.config import InputConfig
@@ -242,6 +243,10 @@ class InputEngine:
             session = Session(self, tool)
             try:
                 yield session
+                if evidence.current.get() is not None:
+                    # Evidence asked with the call: of the end state, before the flow is let go.
+                    await run_to_end(session.finish())
+                    await evidence.take_in_flow()
             finally:
                 await run_to_end(session.finish())
 

@@ -27,15 +27,14 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.auth import Auth, is_loopback
-from daemon.catalog import Catalog, Guard
+from daemon.auth import Auth
+from daemon.catalog import Caller, Catalog, Guard
 from daemon.errors import ToolError
 from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
-from daemon.transports.http import error_body, iso_utc
-from daemon.wire import WireError, loads
+from daemon.wire import WireError, error_body, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"
 STATUS = {"trace_query_invalid": 400, "auth_required": 401, "tool_execution_denied": 403,
@@ -82,18 +81,16 @@ class TraceApi:
             web.get("/api/trace/{id}", self.one),
         ]
 
-    def _caller(self, request: web.Request) -> tuple[Guard, str]:
-        client = self.auth.client(request.headers.get("Authorization"), None)
-        loopback_free = is_loopback(request.remote) and not self.auth.require_on_loopback
-        if not client.authenticated and not loopback_free:
+    def _caller(self, request: web.Request) -> Caller:
+        caller = self.auth.caller("http", self.guard, request)
+        if caller.token_required and not caller.authenticated:
             raise ToolError(
                 "auth_required",
                 "the flight recorder's data needs 'Authorization: Bearer <token>' off loopback",
             )
-        guard = self.guard.lowered(client.max_policy)
-        if not guard.discovery_enabled:
+        if not caller.effective.discovery_enabled:
             raise ToolError("tool_execution_denied", "the HTTP guard is disabled")
-        return guard, client.token_id
+        return caller
 
     def _shown(self, record: dict[str, Any], guard: Guard) -> dict[str, Any]:
         record["started_at_iso"] = iso_utc(record["started_at"])
@@ -119,7 +116,7 @@ class TraceApi:
 
     async def list(self, request: web.Request) -> web.Response:
         try:
-            guard, _ = self._caller(request)
+            guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=100, max_limit=1000)
         except ToolError as exc:
             return _fail(exc)
@@ -134,7 +131,7 @@ class TraceApi:
 
     async def one(self, request: web.Request) -> web.Response:
         try:
-            guard, _ = self._caller(request)
+            guard = self._caller(request).effective
         except ToolError as exc:
             return _fail(exc)
         inv_id = request.match_info["id"]
@@ -161,7 +158,7 @@ class TraceApi:
 
     async def export(self, request: web.Request) -> web.Response:
         try:
-            guard, _ = self._caller(request)
+            guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         except ToolError as exc:
             return _fail(exc)
@@ -193,9 +190,8 @@ class TraceApi:
 
     async def replay(self, request: web.Request) -> web.Response:
         try:
-            guard, token_id = self._caller(request)
-            client = self.auth.client(request.headers.get("Authorization"), None)
-            self.auth.require_token_for("trace replay", "write", client, request.remote)
+            caller = self._caller(request)
+            guard, token_id = caller.effective, caller.token_id
             if not guard.permits("write"):
                 raise ToolError(
                     "tool_execution_denied",

@@ -33,7 +33,7 @@ from daemon.catalog import (
     object_schema,
 )
 from daemon.config import load
-from daemon.service import Daemon
+from daemon.service import build
 from tests.service.daemonproc import write_config
 
 NOT_AN_ARGUMENT = {"__not_an_argument__": 1}
@@ -86,7 +86,7 @@ def catalog_for(platform: str) -> Catalog:
             "ipc": {"socket": str(tmp / "ipc.sock")},
         },
     )
-    catalog = Daemon(load(tmp / "fingertip.toml")).catalog
+    catalog = build(load(tmp / "fingertip.toml")).catalog
     assert catalog.platform == platform
     for spec in _synthetic():
         catalog.register(spec)

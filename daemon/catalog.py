@@ -21,6 +21,7 @@ import jsonschema
 import structlog
 
 from daemon.errors import ToolError
+from daemon.invocations import Running
 from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.catalog")
@@ -290,6 +291,7 @@ class Catalog:
         self._specs: dict[str, ToolSpec] = {}
         self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
+        self.running = Running()  # what executes now (the Tool Lab's "driving" badge)
         for spec in specs:
             self.register(spec)
 
@@ -461,6 +463,7 @@ class Catalog:
     async def _run_with_limit(
         self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext, limit: float
     ) -> Any:
+        running = self.running.enter(spec.name, ctx.transport, ctx.client)
         try:
             async with asyncio.timeout(limit):
                 return await spec.handler(args, ctx)
@@ -468,6 +471,8 @@ class Catalog:
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None
+        finally:
+            self.running.leave(running)
 
     async def _run_detached(self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext) -> Any:
         limit = spec.timeout_s or self.hid_timeout_s

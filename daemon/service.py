@@ -25,6 +25,7 @@ from daemon.engine import engine_for
 from daemon.frames import FrameSource
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
+from daemon.screen.stream import StreamHub
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.transports import limits
@@ -32,6 +33,7 @@ from daemon.transports.http import HttpApi, error_body, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.stream_http import routes as stream_routes
 from daemon.transports.ws import WsTransport
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
@@ -106,12 +108,19 @@ class Daemon:
         mcp_guard = Guard.preset(config.guard.mcp)
         self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
         self.app.add_routes(toollab.routes())
+        # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
+        self.stream = StreamHub(
+            self.backend.frames, config.stream, config.capture.no_frame_timeout_s
+        )
+        self.rt.extras["stream"] = self.stream
+        self.app.add_routes(stream_routes(self.stream, self.auth, self.catalog.running))
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
             self.app.add_routes(sim_routes(self.backend.target, self.auth))
         # Transports and services register what must run at stop, in reverse order.
         self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
+        self.on_stop.append(self.stream.close)  # viewers get their closing part
         self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers
         # After the catalog drained: nothing held, any drag undone, the full profile live.
         self.on_stop.append(engine_for(self.rt).close)

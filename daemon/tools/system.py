@@ -54,6 +54,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
             "run_state": run_state.state,
             "capture": {"available": capture_ok, "reason": capture_reason},
             "keyboard": keyboard(),
+            **({"stream": stream.metrics()} if (stream := rt.extras.get("stream")) else {}),
         }
 
     return ToolSpec(
@@ -62,7 +63,8 @@ def health_tool(rt: Runtime) -> ToolSpec:
         description="Report that the daemon is up: version, uptime, target type, backend, live "
         "USB profile, run state, whether screen capture is available, and the keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
-        "its last LED report set them (null before its first). Takes no arguments.",
+        "its last LED report set them (null before its first), and the live stream's viewers, "
+        "delivered fps and dropped frames. Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -80,6 +82,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "stream": {"type": "object"},
             },
             required=["ok", "version"],
         ),

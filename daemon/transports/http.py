@@ -25,6 +25,7 @@ from aiohttp import web
 from daemon.auth import Auth
 from daemon.catalog import Availability, CallContext, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
+from daemon.invocations import CALLER_HEADER, caller_label
 from daemon.transports.skill_bundle import skill_bundle
 from daemon.wire import WireError, encoder, loads
 
@@ -144,7 +145,9 @@ class HttpApi:
             name,
             args,
             guard=self.guard.lowered(client.max_policy),
-            ctx=CallContext("http", client=request.remote or ""),
+            ctx=CallContext(
+                "http", client=caller_label(request.remote, request.headers.get(CALLER_HEADER))
+            ),
         )
         return self._outcome(outcome, raw_input)
 

@@ -5,8 +5,8 @@ takes a frame from the FrameSource once per interval, encodes it once (or passes
 own JPEG through untouched, see encode.encode) and publishes it as a ready-made multipart part.
 Each viewer only writes the newest part: a viewer whose socket is slow skips to the newest
 frame when its write completes (counted as dropped), so nothing is buffered per viewer beyond
-the one part being written. A viewer whose socket takes nothing for [stream].stall_timeout_s
-is dropped.
+the one part being written (and a kernel send buffer cut to about two parts). A viewer
+whose socket takes nothing for [stream].stall_timeout_s is dropped.
 
 On demand. A feed's pump starts with its first viewer and ends with its last; the source
 (V4L2Capture, or the simulated target's renderer) reads or renders only while asked, so with no
@@ -31,6 +31,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,18 @@ BOUNDARY = "fingertipframe"
 CONTENT_TYPE = f"multipart/x-mixed-replace;boundary={BOUNDARY}"
 MAX_WIDTH_RANGE = (16, 8192)
 FPS_WINDOW_S = 5.0  # delivered fps is averaged over this window
+SEND_BUFFER_MIN, SEND_BUFFER_MAX = 64 << 10, 4 << 20
+
+
+def _small_send_buffer(request: web.Request, part_bytes: int) -> None:
+    """Room for about two parts in the kernel, so a slow viewer's socket pushes back at once
+    and it skips to the newest frame instead of reading stale ones from a deep buffer (Linux
+    autotunes a loopback send buffer to megabytes)."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None:
+        size = min(max(2 * part_bytes, SEND_BUFFER_MIN), SEND_BUFFER_MAX)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 @dataclass(frozen=True)
@@ -242,6 +255,7 @@ class StreamHub:
                 }
             )
             await response.prepare(request)
+            _small_send_buffer(request, len(first.data))
             self._responses.add(response)
             try:
                 await self._deliver(feed, response, first)

@@ -309,3 +309,19 @@ async def test_live_lists_running_invocations_with_their_caller(
     finally:
         await asyncio.to_thread(worker.join)
     assert d.get_json("/api/live")["running"] == []
+
+
+async def test_stopping_the_daemon_ends_open_streams_cleanly(
+    make_daemon: Callable[..., DaemonProcess],
+) -> None:
+    d = make_daemon()
+    async with aiohttp.ClientSession() as s, s.get(d.base + "/api/stream") as r:
+        stream = Stream(r)
+        assert (await stream.next()) is not None
+        stopping = asyncio.create_task(asyncio.to_thread(d.stop))
+        part = await stream.next()
+        while part is not None and part.content_type == "image/jpeg":
+            part = await stream.next()
+        assert part is not None and json.loads(part.body)["code"] == "stream_closed"
+        assert (await stream.next()) is None
+        assert await stopping == 0

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import time
 
+import cv2
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from multidict import MultiDict
 
 from daemon.config import StreamConfig
 from daemon.errors import ToolError
+from daemon.frames import Frame
 from daemon.invocations import MAX_LABEL, Running, caller_label
-from daemon.screen.stream import Params, parse_params
+from daemon.screen.stream import Params, StreamHub, parse_params
 
 CONFIG = StreamConfig()
 NAMES = st.sampled_from(["fps", "quality", "max_width", "token", "width", "", "FPS"])
@@ -60,3 +64,39 @@ def test_running_registry_enters_and_leaves() -> None:
     running.leave(key)
     running.leave(key)  # twice is harmless
     assert running.snapshot() == []
+
+
+class JpegSource:
+    """A capture that delivers MJPEG: each frame carries its own JPEG bytes."""
+
+    def __init__(self) -> None:
+        image = np.zeros((48, 64, 3), np.uint8)
+        image[:, :32] = 200
+        self.jpeg = cv2.imencode(".jpg", image)[1].tobytes()
+        self.image = image
+        self.seq = 0
+
+    async def frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
+        self.seq += 1
+        now = time.monotonic()
+        return Frame(self.image, self.seq, now, time.time(), jpeg=self.jpeg)
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+
+async def test_a_device_jpeg_is_passed_through_untouched_and_resized_only_on_request() -> None:
+    source = JpegSource()
+    hub = StreamHub(source, CONFIG, 1.0)
+    feed = hub.join(Params(30.0, 70, None))
+    part = await feed.after(0)
+    assert part is not None and part.data.split(b"\r\n\r\n", 1)[1] == source.jpeg + b"\r\n"
+    assert hub.counters.passed_through == 1 and hub.counters.encoded == 0
+    small = hub.join(Params(30.0, 70, 32))
+    assert (await small.after(0)) is not None
+    assert hub.counters.encoded == 1  # a resize is an encode
+    assert hub.metrics()["feeds"] == 2
+    hub.leave(feed)
+    hub.leave(small)
+    await hub.close()
+    assert hub.metrics()["feeds"] == 0 and not hub.capturing

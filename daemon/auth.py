@@ -18,6 +18,7 @@ from aiohttp.web import BaseRequest
 
 from daemon.catalog import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
+from daemon.invocations import CALLER_HEADER, caller_label
 
 TOKEN_FILE = "pairing-token"
 
@@ -92,7 +93,7 @@ class Auth:
         return Caller(
             transport,
             guard,
-            peer=remote or "",
+            peer=caller_label(remote, request.headers.get(CALLER_HEADER)),
             authenticated=client.authenticated,
             token_id=client.token_id,
             token_required=self.require_on_loopback or not is_loopback(remote),

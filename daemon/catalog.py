@@ -25,6 +25,7 @@ import structlog
 
 from daemon import evidence
 from daemon.errors import ToolError
+from daemon.invocations import Running
 from daemon.wire import WireError, check, encoder, loads
 
 log = structlog.get_logger("daemon.catalog")
@@ -455,6 +456,7 @@ class Catalog:
         self._detached: set[asyncio.Task[Any]] = set()
         # Told of every finished invocation; each must be cheap and never block (hand off).
         self.observers: list[Callable[[Invocation], None]] = []
+        self.running = Running()  # what executes now (the Tool Lab's "driving" badge)
         for spec in specs:
             self.register(spec)
 
@@ -779,6 +781,7 @@ class Catalog:
         limit: float,
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
+        running = self.running.enter(spec.name, ctx.transport, ctx.client)
         try:
             async with asyncio.timeout(limit):
                 return await (run() if run is not None else spec.handler(args, ctx))
@@ -786,6 +789,8 @@ class Catalog:
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None
+        finally:
+            self.running.leave(running)
 
     async def _run_detached(
         self,

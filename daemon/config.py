@@ -289,6 +289,21 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class StreamConfig:
+    """GET /api/stream and /api/snapshot (daemon/screen/stream.py): the query's bounds."""
+
+    default_fps: float = _key(15.0, _num(0.5, 60), "frame rate when the query names none")
+    max_fps: float = _key(30.0, _num(0.5, 60), "the highest fps a viewer may ask for")
+    default_quality: int = _key(70, _int(1, 100), "JPEG quality when the query names none")
+    min_quality: int = _key(10, _int(1, 100))
+    max_quality: int = _key(95, _int(1, 100))
+    max_viewers: int = _key(20, _int(1, 256), "streams open at once; more get 503")
+    stall_timeout_s: float = _key(
+        10.0, _num(0.5, 600), "a viewer whose socket takes no frame for this long is dropped"
+    )
+
+
+@dataclass(frozen=True)
 class ShellConfig:
     cwd: str = _key("", _STR, "working directory; empty = the state folder")
     default_timeout_s: float = _key(30.0, _num(0.1, 3600))
@@ -333,6 +348,7 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
     input: InputConfig = field(default_factory=InputConfig)
     shell: ShellConfig = field(default_factory=ShellConfig)
     weather: WeatherConfig = field(default_factory=WeatherConfig)

@@ -24,6 +24,7 @@ from daemon.config import Config, ConfigError, load
 from daemon.engine import InputEngine
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
+from daemon.screen.stream import StreamHub
 from daemon.sim.backend import SimulatedBackend
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
@@ -33,6 +34,7 @@ from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.stream_http import routes as stream_routes
 from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
 from daemon.wire import error_body
@@ -81,11 +83,15 @@ def build(config: Config) -> Daemon:
     recorder = Recorder(catalog, config.state_dir, config.trace)
     rt.status["trace"] = recorder.status
     app.add_routes(TraceApi(recorder, catalog, auth, http_guard, rt.screen).routes())
+    # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
+    stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
+    rt.status["stream"] = stream.metrics
+    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
     if isinstance(backend, SimulatedBackend):
         from daemon.transports.sim_control import routes as sim_routes
 
         app.add_routes(sim_routes(backend.target, auth))
-    return Daemon(rt, catalog, app, ws, ipc, recorder)
+    return Daemon(rt, catalog, app, ws, ipc, recorder, stream)
 
 
 class Daemon:
@@ -101,10 +107,11 @@ class Daemon:
         ws: WsTransport,
         ipc: IpcServer,
         recorder: Recorder,
+        stream: StreamHub,
     ):
         self.rt, self.config, self.backend = rt, rt.config, rt.backend
         self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
-        self.recorder = recorder
+        self.recorder, self.stream = recorder, stream
         self._stack = contextlib.AsyncExitStack()
 
     def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
@@ -142,6 +149,7 @@ class Daemon:
         await runner.setup()
         self._on_stop(runner.cleanup)
         self._on_stop(self.rt.shell.close)
+        self._on_stop(self.stream.close)  # viewers get their closing part
         self._on_stop(self.ws.close_all)  # after HID drained: hosts got their answers
         # After the catalog drained: nothing held, any drag undone, the full profile live.
         self._on_stop(self.rt.engine.close)

@@ -178,6 +178,10 @@ class DaemonProcess:
         with urllib.request.urlopen(self.base + path, timeout=10) as resp:
             return json.loads(resp.read())
 
+    def get_bytes(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+            return bytes(resp.read())
+
     def post_json(self, path: str, body: Any = None) -> Any:
         req = urllib.request.Request(
             self.base + path,

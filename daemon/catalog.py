@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -176,6 +177,27 @@ class CallContext:
     client: str = ""
     started_at: float = field(default_factory=time.monotonic)
     detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
+    invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation, as observers (flight recorder, metrics) see it."""
+
+    id: str  # uuid4 hex, assigned when the call starts (CallContext.invocation_id)
+    tool: str
+    transport: str
+    client: str  # peer address as the transport knows it
+    args: Any  # the arguments as received (before redaction)
+    started_at: float  # time.time() at start
+    duration_ms: float
+    outcome: str  # "ok" | "error" | "cancelled"
+    error_code: str | None
+    result: Any = None
+    client_gone: bool = False
+
+
+Observer = Callable[[Invocation], None]
 
 
 @dataclass(frozen=True)
@@ -290,6 +312,9 @@ class Catalog:
         self._specs: dict[str, ToolSpec] = {}
         self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
+        # Called once per finished invocation, on the event loop: each must be cheap and never
+        # block (hand heavy work to a thread or queue); an observer's failure is logged only.
+        self.observers: list[Observer] = []
         for spec in specs:
             self.register(spec)
 
@@ -415,15 +440,18 @@ class Catalog:
             task = ctx.detached
             if task is not None and not task.done():
                 # The client left; the HID invocation goes on and is logged once, at its end.
-                task.add_done_callback(lambda t: self._log_detached(name, started, t, ctx))
+                task.add_done_callback(
+                    lambda t: self._log_detached(name, started, t, ctx, args, called_at)
+                )
             else:
-                self._log(name, started, "cancelled", "client_gone", ctx)
+                self._log(name, started, "cancelled", "client_gone", ctx, args, called_at)
             raise
         except Exception as exc:
             log.exception("tool_exception", tool=name)
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
         code = error.code if error else None
-        self._log(name, started, "ok" if error is None else "error", code, ctx)
+        outcome = "ok" if error is None else "error"
+        self._log(name, started, outcome, code, ctx, args, called_at, result=result)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
         return Outcome(dummy, result, error, int((time.monotonic() - started) * 1000), called_at)
 
@@ -492,17 +520,26 @@ class Catalog:
         return len(still)
 
     def _log_detached(
-        self, name: str, started: float, task: asyncio.Task[Any], ctx: CallContext
+        self,
+        name: str,
+        started: float,
+        task: asyncio.Task[Any],
+        ctx: CallContext,
+        args: Any,
+        called_at: float,
     ) -> None:
         code = None
+        result: Any = None
         if task.cancelled():
             code = "tool_cancelled_at_shutdown"
         elif isinstance(exc := task.exception(), ToolError):
             code = exc.code
         elif exc is not None:
             code = "tool_execution_exception"
+        else:
+            result = task.result()
         outcome = "ok" if code is None else "error"
-        self._log(name, started, outcome, code, ctx, client_gone=True)
+        self._log(name, started, outcome, code, ctx, args, called_at, result, client_gone=True)
 
     def _log(
         self,
@@ -511,17 +548,42 @@ class Catalog:
         outcome: str,
         code: str | None,
         ctx: CallContext,
-        **extra: Any,
+        args: Any,
+        called_at: float,
+        result: Any = None,
+        client_gone: bool = False,
     ) -> None:
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        extra = {"client_gone": True} if client_gone else {}
         log.info(
             "tool_invocation",
             tool=name,
             transport=ctx.transport,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            duration_ms=duration_ms,
             outcome=outcome,
             error_code=code,
             **extra,
         )
+        if not self.observers:
+            return
+        seen = Invocation(
+            ctx.invocation_id,
+            name,
+            ctx.transport,
+            ctx.client,
+            args,
+            called_at,
+            duration_ms,
+            outcome,
+            code,
+            result,
+            client_gone,
+        )
+        for observer in self.observers:
+            try:
+                observer(seen)
+            except Exception:  # an observer never reaches the caller
+                log.exception("invocation_observer_failed", observer=repr(observer))
 
 
 async def _no_handler(args: dict[str, Any], ctx: CallContext) -> Any:

@@ -16,14 +16,15 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon import systemd, toollab
+from daemon import metrics, systemd, toollab
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
+from daemon.discovery import Announcer
 from daemon.engine import engine_for
 from daemon.frames import FrameSource
-from daemon.runtime import Runtime
+from daemon.runtime import VERSION, Runtime
 from daemon.screen.service import Screen
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
@@ -78,9 +79,14 @@ class Daemon:
     def __init__(self, config: Config):
         self.config = config
         self.backend = build_backend(config)
+        # Counted at the backend's edge, before the engine and the screen take its parts.
+        self.metrics = metrics.Metrics(VERSION, config.platform, config.backend.kind)
+        metrics.instrument(self.backend, self.metrics)
         self.rt = Runtime(config, self.backend, Screen(self.backend.frames, config.capture))
         self.rt.shell = ShellService(self.rt)
         self.catalog: Catalog = build_catalog(self.rt)
+        self.catalog.observers.append(self.metrics.observe_invocation)
+        self.metrics.known_tools(t.name for t in self.catalog.tools(Guard.preset("full-access")))
         self.auth = Auth(config, load_or_create_token(config))
         self.app = web.Application(
             client_max_size=config.server.max_body_bytes,
@@ -106,6 +112,7 @@ class Daemon:
         mcp_guard = Guard.preset(config.guard.mcp)
         self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
         self.app.add_routes(toollab.routes())
+        self.app.add_routes(self.metrics.routes(self.auth, Guard.preset(config.guard.http)))
         if isinstance(self.backend, SimulatedBackend):
             from daemon.transports.sim_control import routes as sim_routes
 
@@ -117,6 +124,7 @@ class Daemon:
         self.on_stop.append(engine_for(self.rt).close)
         self.runner: web.AppRunner | None = None
         self.ipc = IpcServer(self.catalog, config.ipc, Guard.preset(config.guard.ipc))
+        self.announcer = Announcer(config, VERSION)
 
     async def start(self) -> None:
         await self.backend.start()
@@ -141,6 +149,17 @@ class Daemon:
             ).start()
         await self.ipc.start()
         self.on_stop.append(self.ipc.stop)  # closes the socket and removes its file
+        http_server = self.runner.server
+        assert http_server is not None
+        self.metrics.watch_connections(
+            {
+                "http": lambda: len(http_server.connections),
+                "ws": lambda: len(self.ws.sessions),
+                "ipc": lambda: self.ipc.open_connections,
+            }
+        )
+        await self.announcer.start()  # once the listeners are up: a host may connect at once
+        self.on_stop.append(self.announcer.stop)  # the first to go: withdrawn before we close
         log.info(
             "listening",
             addresses=self.config.server.listen,

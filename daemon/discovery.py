@@ -4,9 +4,10 @@ Two services per board, on the port of the HTTP server: `_fingertip._tcp` (the t
 WebSocket and MCP paths in its TXT) and `_http._tcp` (the Tool Lab at /). They are announced
 only on the [server].listen addresses that are not loopback and not unspecified: zeroconf gets
 exactly those addresses as its interfaces, so it joins the mDNS group and answers on no other
-interface. An address that is not on the machine right now (the USB link is down while an iOS
-target is isolated to the keyboard) is waited for: the watcher looks every POLL_S and announces
-again, on fresh sockets, once it is back. At stop the services are withdrawn (goodbye packets).
+interface. An address that is not on the machine right now, or whose link is down (while an
+iOS target is isolated to the keyboard the USB link has no ECM function), is waited for: the
+watcher looks every POLL_S and announces again, on fresh sockets, once it is back. At stop the
+services are withdrawn (goodbye packets).
 
 The board id in the TXT is stable: generated once into the state folder, like the pairing token.
 """
@@ -70,12 +71,26 @@ def announceable(listen: Iterable[str]) -> list[str]:
 
 
 def present(addresses: Iterable[str]) -> list[str]:
-    """Those of `addresses` some interface of this machine has right now."""
+    """Those of `addresses` an interface of this machine has right now, with its link up. The
+    board's USB address stays on usb0 while the target re-enumerates (networkd keeps it), so
+    the carrier is what says the link went and came back."""
     here: set[str] = set()
     for adapter in ifaddr.get_adapters():
+        if not carrier(adapter.name):
+            continue
         for ip in adapter.ips:
             here.add(ip.ip if isinstance(ip.ip, str) else ip.ip[0])
     return [a for a in addresses if a.split("%")[0] in here]
+
+
+def carrier(interface: str) -> bool:
+    """The interface's link is up (Linux sysfs; reading fails with EINVAL while it is down)."""
+    try:
+        return Path(f"/sys/class/net/{interface}/carrier").read_text().strip() == "1"
+    except FileNotFoundError:
+        return True  # no such file: not Linux, or an interface without a carrier notion
+    except OSError:
+        return False
 
 
 def txt(config: Config, version: str, board: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ Where each number comes from:
 - the process collector (CPU, memory, fds of this process).
 
 A scrape never captures, never calls into the backend and takes no lock of the HID flow: it
-reads counters (each behind prometheus_client's own short lock) in a worker thread.
+reads counters (each behind prometheus_client's own short lock) in a thread of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -123,6 +124,9 @@ class Metrics:
             ["code"],
             registry=r,
         )
+        # Scrapes run one at a time in a thread of their own: a flood of them queues here, never
+        # in the loop's default executor, where profile switches and screenshots run.
+        self._scraper = ThreadPoolExecutor(1, thread_name_prefix="metrics-scrape")
         self.last_frame_at: float | None = None  # monotonic capture time of the newest frame
         self._last_seq = 0
         self._known_tools: frozenset[str] = frozenset()
@@ -169,7 +173,8 @@ class Metrics:
                 auth.require_token_for("metrics", POLICY, client, request.remote)
             except ToolError as exc:
                 return error_response(exc)
-            body = await asyncio.to_thread(self.scrape)  # /proc reads for the process collector
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(self._scraper, self.scrape)  # /proc reads
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         return [web.get("/metrics", metrics)]

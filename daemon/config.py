@@ -300,7 +300,8 @@ class DiscoveryConfig:
     enabled: bool = _key(True, _BOOL, "announce _fingertip._tcp and _http._tcp")
     name: str = _key(
         "",
-        {"type": "string", "maxLength": 63},
+        # DNS-SD refuses control characters; a name over 63 bytes of UTF-8 is shortened.
+        {"type": "string", "maxLength": 63, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
         "the DNS-SD instance name; empty = 'Fingertip <device_type> <board id prefix>'",
     )
 

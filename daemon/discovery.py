@@ -104,7 +104,10 @@ def txt(config: Config, version: str, board: str) -> dict[str, str]:
 
 
 def instance_name(config: Config, board: str) -> str:
-    return config.discovery.name or f"Fingertip {config.device.device_type} {board[:8]}"
+    """[discovery].name, else one made from the board; at most the 63 bytes DNS-SD allows (cut
+    at a character boundary: the config counts characters)."""
+    name = config.discovery.name or f"Fingertip {config.device.device_type} {board[:8]}"
+    return name.encode()[:63].decode(errors="ignore")
 
 
 class Announcer:
@@ -150,16 +153,20 @@ class Announcer:
         if not self.addresses:
             log.info("discovery_off", reason="no non-loopback address in [server].listen")
             return
-        await self._follow(await asyncio.to_thread(present, self.addresses))
+        await self._look()
         self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(POLL_S)
-            try:
-                await self._follow(await asyncio.to_thread(present, self.addresses))
-            except Exception:  # a failed announce is retried at the next look, never fatal
-                log.exception("discovery_announce_failed")
+            await self._look()
+
+    async def _look(self) -> None:
+        try:
+            await self._follow(await asyncio.to_thread(present, self.addresses))
+        except Exception:  # a failed announce is retried at the next look, never fatal
+            log.exception("discovery_announce_failed")
+            with contextlib.suppress(Exception):
                 await self._close()
 
     async def _follow(self, up: list[str]) -> None:

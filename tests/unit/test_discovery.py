@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon.config import from_mapping
+import pytest
+
+from daemon.config import ConfigError, from_mapping
 from daemon.discovery import BOARD_ID_FILE, announceable, board_id, instance_name, txt
 
 
@@ -40,3 +42,12 @@ def test_txt_and_name() -> None:
     assert instance_name(config, "0123456789abcdef") == "Fingertip Android 01234567"
     named = from_mapping({"discovery": {"name": "rack 7"}})
     assert instance_name(named, "0123456789abcdef") == "rack 7"
+
+
+def test_hostile_names() -> None:
+    long = from_mapping({"discovery": {"name": "é" * 40}})  # 40 characters, 80 bytes
+    assert instance_name(long, "0" * 32) == "é" * 31
+    with pytest.raises(ConfigError, match=r"discovery\.name"):
+        from_mapping({"discovery": {"name": "tab\there"}})
+    with pytest.raises(ConfigError, match=r"discovery\.name"):
+        from_mapping({"discovery": {"name": "x" * 64}})

@@ -47,6 +47,10 @@ commands:
                                effect READ for read tools, WRITE for write and critical ones
   fingertip call TOOL          one JSON object on stdin (at most 1 MiB of UTF-8) is TOOL's
                                arguments, e.g.  printf '{}' | fingertip call health_check
+  fingertip discover           browse DNS-SD (mDNS) for boards for --seconds (default 3) and
+                               print one JSON object per board: {name, host, addresses, port,
+                               txt}; --interface ADDR (repeatable) limits the browse to the
+                               interfaces with those addresses. Needs no daemon on this machine.
 
 Exactly one JSON object is printed on stdout, discriminated by "type":
   complete           {"document": the tool's result}
@@ -122,7 +126,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds to wait for the reply (default: as long as the daemon's own limits)",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call,trace}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call,trace,discover}")
     sub.add_parser("catalog", help="list the tools", formatter_class=_formatter)
     call = sub.add_parser(
         "call", help="call TOOL with one JSON object from stdin", formatter_class=_formatter
@@ -138,6 +142,11 @@ def parser() -> argparse.ArgumentParser:
         trace.add_argument(f"--{name}")
     trace.add_argument("--limit", default="100")
     trace.add_argument("--id", help="one invocation, with the sizes of its images")
+    discover = sub.add_parser(
+        "discover", help="list the boards DNS-SD finds", formatter_class=_formatter
+    )
+    discover.add_argument("--seconds", type=_seconds, default=3.0, help="browse this long")
+    discover.add_argument("--interface", action="append", help="an address to browse on")
     return p
 
 
@@ -295,9 +304,29 @@ def encode(reply: dict[str, object]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
+def discover(seconds: float, interfaces: list[str] | None) -> int:
+    """One JSON line per board heard (none when there is none); exit 1 when browsing failed."""
+    from daemon.browse import discover as browse  # zeroconf: only this command pays for it
+
+    try:
+        boards = browse(seconds, interfaces)
+    except (OSError, ValueError) as exc:  # no such interface address, no multicast
+        print(f"fingertip: cannot browse DNS-SD: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for found in boards:
+            sys.stdout.buffer.write(_encode(found).encode("utf-8") + b"\n")
+        sys.stdout.buffer.flush()
+    except OSError:
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
+        if args.command == "discover":
+            return discover(args.seconds, args.interface)
         stdin = None
         if args.command == "call" and sys.stdin is not None:
             stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)

@@ -331,6 +331,20 @@ class SkillsConfig:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """DNS-SD over mDNS (daemon/discovery.py): announced only on the non-loopback addresses of
+    [server].listen, never on another interface."""
+
+    enabled: bool = _key(True, _BOOL, "announce _fingertip._tcp and _http._tcp")
+    name: str = _key(
+        "",
+        # DNS-SD refuses control characters; a name over 63 bytes of UTF-8 is shortened.
+        {"type": "string", "maxLength": 63, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+        "the DNS-SD instance name; empty = 'Fingertip <device_type> <board id prefix>'",
+    )
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = _key("info", {"enum": ["debug", "info", "warning", "error"]})
     format: str = _key("auto", {"enum": ["auto", "json", "console"]})
@@ -354,6 +368,7 @@ class Config:
     weather: WeatherConfig = field(default_factory=WeatherConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     gadget: GadgetSettings = field(default_factory=GadgetSettings)
     source: str = "<defaults>"
 

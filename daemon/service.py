@@ -10,17 +10,19 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from daemon import systemd, toollab, wire
+from daemon import VERSION, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
+from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
@@ -55,6 +57,9 @@ def build_backend(config: Config) -> Backend:
 def build(config: Config) -> Daemon:
     """The composition root: every part made once, in dependency order, none set afterwards."""
     backend = build_backend(config)
+    # Counted at the backend's edge, before the engine and the screen take its parts.
+    meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
+    metrics.instrument(backend, meter)
     rt = Runtime(
         config,
         backend,
@@ -63,6 +68,8 @@ def build(config: Config) -> Daemon:
         shell=ShellService(config),
     )
     catalog = build_catalog(rt)
+    catalog.observers.append(meter.observe_invocation)
+    meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
     auth = Auth(config, load_or_create_token(config))
     ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
@@ -79,6 +86,7 @@ def build(config: Config) -> Daemon:
     app.add_routes(OpenApi(catalog, auth, http_guard).routes())
     app.add_routes(McpEndpoint(catalog, auth, Guard.preset(config.guard.mcp)).routes())
     app.add_routes(toollab.routes())
+    app.add_routes(meter.routes(auth, http_guard))
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
     rt.status["trace"] = recorder.status
@@ -91,7 +99,19 @@ def build(config: Config) -> Daemon:
         from daemon.transports.sim_control import routes as sim_routes
 
         app.add_routes(sim_routes(backend.target, auth))
-    return Daemon(rt, catalog, app, ws, ipc, recorder, stream)
+    parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
+    return Daemon(rt, catalog, app, ws, ipc, parts)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the daemon runs beside the transports: the flight recorder, the live stream, the
+    metrics and the DNS-SD announcer."""
+
+    recorder: Recorder
+    stream: StreamHub
+    metrics: metrics.Metrics
+    announcer: Announcer
 
 
 class Daemon:
@@ -106,12 +126,12 @@ class Daemon:
         app: web.Application,
         ws: WsTransport,
         ipc: IpcServer,
-        recorder: Recorder,
-        stream: StreamHub,
+        parts: Parts,
     ):
         self.rt, self.config, self.backend = rt, rt.config, rt.backend
         self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
-        self.recorder, self.stream = recorder, stream
+        self.recorder, self.stream = parts.recorder, parts.stream
+        self.metrics, self.announcer = parts.metrics, parts.announcer
         self._stack = contextlib.AsyncExitStack()
 
     def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
@@ -162,8 +182,19 @@ class Daemon:
                 runner, addr, server.port, server.max_connections, answer
             ).start()
         await self.ipc.start()
+        http_server = runner.server
+        assert http_server is not None
+        self.metrics.watch_connections(
+            {
+                "http": lambda: len(http_server.connections),
+                "ws": lambda: len(self.ws.sessions),
+                "ipc": lambda: self.ipc.open_connections,
+            }
+        )
         self._on_stop(self.ipc.stop)  # closes the socket and removes its file
-        self._on_stop(self._drain)  # first: running HID invocations finish or are cut
+        self._on_stop(self._drain)  # running HID invocations finish or are cut
+        await self.announcer.start()  # once the listeners are up: a host may connect at once
+        self._on_stop(self.announcer.stop)  # the first to go: withdrawn before we close
         log.info(
             "listening",
             addresses=self.config.server.listen,

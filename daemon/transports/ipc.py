@@ -311,6 +311,11 @@ class IpcServer:
         self._refused = Throttled("ipc_connection_refused")
         self._idle = Throttled("ipc_connection_timed_out")
 
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (for /metrics)."""
+        return len(self._connections)
+
     async def start(self) -> None:
         sock = bind_socket(self.cfg)
         st = self.path.stat()

@@ -3,8 +3,9 @@ installed with `make deploy` exactly as a user does it, then driven over the USB
 from the "phone" (a network namespace inside the guest holding the target's end of the ECM
 link), with the guest's USB host side as the target's eyes. The checks run in order on one
 boot; each builds on the state the one before left: 1 deploy (again: idempotent; with a bad
-config: stops, the daemon keeps running), 2 service and gadget up, 3 tools API over ECM,
-4 iOS chord isolation, 5 SIGKILL mid-isolation, 6 undeploy.
+config: stops, the daemon keeps running), 2 service and gadget up, 3 tools API and DNS-SD over
+ECM, 4 iOS chord isolation (found again by DNS-SD after it), 5 SIGKILL mid-isolation, 6 stop
+(no longer announced) and undeploy.
 """
 
 from __future__ import annotations
@@ -69,6 +70,21 @@ def health(board: BoardVM) -> dict[str, Any]:
     """health_check from the phone, retried while its link (re)appears."""
     answer = phone(board, "call", "health_check", "--retry-until", str(LINK_S))
     return dict(tool_output(answer, board))
+
+
+def discovered(board: BoardVM, *, expect: bool = True, tries: int = 5) -> list[dict[str, Any]]:
+    """This board as `fingertip discover` in the phone's namespace hears it over the ECM link
+    (a fresh browse each time, nothing cached); browsed again while the link may still be
+    coming up, until it is heard (expect) or for one window (not expect)."""
+    board_id = board.run("cat /var/lib/fingertip/board-id").stdout.strip()
+    ours: list[dict[str, Any]] = []
+    for _ in range(tries if expect else 1):
+        out = board.run("ip netns exec phone fingertip discover --seconds 3", timeout=120).stdout
+        heard = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        ours = [b for b in heard if b["txt"].get("board_id") == board_id]
+        if bool(ours) == expect:
+            break
+    return ours
 
 
 def opened(lines: list[dict[str, Any]], product: str) -> set[str]:
@@ -266,6 +282,15 @@ def test_3_tools_api_over_usb_ecm(
     assert abs(absolute[ABS_X] - 32767 * 250 / 1000) <= 2, absolute
     assert abs(absolute[ABS_Y] - 32767 * 750 / 1000) <= 2, absolute
 
+    # A host on the link finds the board by DNS-SD, on the ECM address only, with its TXT.
+    ours = discovered(board)
+    assert len(ours) == 1, f"{ours}\n{link_state(board)}"
+    version = health(board)["version"]
+    assert ours[0]["addresses"] == ["192.168.42.1"] and ours[0]["port"] == 8080, ours
+    txt = ours[0]["txt"]
+    assert (txt["version"], txt["device_type"], txt["platform"]) == (version, "iOS", "ios"), txt
+    assert (txt["tools"], txt["ws"], txt["mcp"]) == ("/api/tools", "/api/ws", "/mcp"), txt
+
 
 def test_4_ios_chord_isolates_and_restores(
     board: BoardVM, deployed: dict[str, Any], recorder: GuestStream
@@ -315,6 +340,8 @@ def test_4_ios_chord_isolates_and_restores(
     assert len(calls) == 1 and calls[0]["outcome"] in ("ok", "cancelled"), calls
     # ... and no key is held on the target.
     assert no_key_held(board) == []
+    # The link went and came back: a host browsing now finds the board again.
+    assert len(discovered(board)) == 1, link_state(board)
 
 
 def test_5_sigkill_mid_isolation_restarts_with_full_profile(
@@ -386,6 +413,10 @@ def test_5_sigkill_mid_isolation_restarts_with_full_profile(
 def test_6_make_undeploy_removes_it_and_keeps_the_config(
     board: BoardVM, workdir: Path, deployed: dict[str, Any], recorder: GuestStream
 ) -> None:
+    # Stopped, the board is no longer announced (the gadget, and so the link, stay up).
+    assert len(discovered(board)) == 1
+    board.run("systemctl stop fingertip")
+    assert discovered(board, expect=False) == []
     since = recorder.mark()
     done = run_deploy(board, workdir, "undeploy.log", "undeploy")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -163,14 +163,14 @@ class Metrics:
 
     def routes(self, auth: Auth, guard: Guard) -> list[web.RouteDef]:
         async def metrics(request: web.Request) -> web.StreamResponse:
-            client = auth.client(request.headers.get("Authorization"), None)
-            lowered = guard.lowered(client.max_policy)
+            caller = auth.caller("http", guard, request)
+            lowered = caller.effective
             try:
                 if not (lowered.discovery_enabled and lowered.execution_enabled):
                     raise ToolError(
                         "tool_execution_denied", "metrics are off: the HTTP guard is disabled"
                     )
-                auth.require_token_for("metrics", POLICY, client, request.remote)
+                caller.check_token("metrics", POLICY)
             except ToolError as exc:
                 return error_response(exc)
             loop = asyncio.get_running_loop()

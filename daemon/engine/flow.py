@@ -225,6 +225,11 @@ class InputEngine:
         self.pointer = Pointer.for_platform(platform, cfg)
         self.held = Held(self.pointer.kind)
         self.leds_silent = False  # the target did not answer a Caps Lock probe (this enumeration)
+        # A switch that outlived its limit: it goes on (a board's switch runs to its end) and
+        # may make its profile live later, so the engine waits it out before the next one and
+        # brings `full` back by itself if no invocation does.
+        self._late_switch: asyncio.Future[bool] | None = None
+        self._restorer: asyncio.Task[None] | None = None
         self.drag: Drag | None = None
         self._flow = asyncio.Lock()
         self._closed = False
@@ -281,12 +286,16 @@ class InputEngine:
 
     async def use_profile(self, name: str, session: Session | None = None) -> bool:
         """Make `name` live; after a real switch, wait the settle before any report."""
+        await self._wait_late_switch()
         if self.profiles.profile == name:
             return False
+        switch = asyncio.ensure_future(self.profiles.switch_profile(name))
         try:
             async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
-                changed = await self.profiles.switch_profile(name)
+                changed = await asyncio.shield(switch)
         except TimeoutError:
+            self._late_switch = switch
+            switch.add_done_callback(self._late_switch_ended)
             raise ToolError(
                 "profile_switch_failed",
                 f"switching the USB composite to {name!r} did not finish within "
@@ -301,8 +310,7 @@ class InputEngine:
             ) from None
         if not changed:
             return False
-        self.held.forget()  # the host dropped everything held when it re-enumerated
-        self.leds_silent = False
+        self._re_enumerated()
         if session is not None:
             session.switches.append(name)
         log.info("profile_switched", profile=name, tool=session.tool if session else None)
@@ -340,6 +348,47 @@ class InputEngine:
             self.held.unsure.discard(role)
             self.held.last[role] = report
         return roles
+
+    def _re_enumerated(self) -> None:
+        self.held.forget()  # the host dropped everything held when it re-enumerated
+        self.leds_silent = False
+
+    async def _wait_late_switch(self) -> None:
+        """Let a switch that outlived its limit end (bounded once more) before the next one:
+        until it has, which profile is live is not known."""
+        late = self._late_switch
+        if late is None:
+            return
+        limit = self.cfg.profile_switch_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                changed = await asyncio.shield(late)
+        except TimeoutError:
+            raise ToolError(
+                "profile_switch_failed",
+                f"an earlier switch of the USB composite still runs after another {limit:g} s",
+                retryable=True,
+            ) from None
+        except Exception:  # its failure was its own invocation's; the board observed what is live
+            changed = True
+        if self._late_switch is late:
+            self._late_switch = None
+        if changed:
+            self._re_enumerated()
+
+    def _late_switch_ended(self, late: asyncio.Future[bool]) -> None:
+        """The late switch ended: with no invocation to do it, bring `full` back (queued
+        behind any invocation, which does it itself)."""
+        if not late.cancelled():
+            late.exception()  # retrieved: its failure was reported by its invocation
+        if self._closed or (self._restorer is not None and not self._restorer.done()):
+            return
+        self._restorer = asyncio.ensure_future(self._restore_in_flow())
+
+    async def _restore_in_flow(self) -> None:
+        async with self._flow:
+            if not self._closed:
+                await self.restore_full()
 
     async def restore_full(self, session: Session | None = None) -> bool:
         try:

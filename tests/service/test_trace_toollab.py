@@ -10,9 +10,7 @@ from collections.abc import Callable
 from playwright.sync_api import Browser, expect
 
 from tests.service.daemonproc import DaemonProcess
-from tests.service.test_toollab import FAST_INPUT, browser, decode, difference, tile_point
-
-__all__ = ["browser"]  # the fixture, shared with test_toollab
+from tests.service.test_toollab import FAST_INPUT, decode, difference, tile_point
 
 Make = Callable[..., DaemonProcess]
 

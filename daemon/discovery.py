@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import os
 import uuid
@@ -45,11 +46,18 @@ def board_id(state_dir: Path) -> str:
         existing = path.read_text().strip()
         if existing:
             return existing
-    path.parent.mkdir(parents=True, exist_ok=True)
     new = uuid.uuid4().hex
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new + "\n")
-    os.replace(tmp, path)  # a crash never leaves half an id
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(new + "\n")
+        os.replace(tmp, path)  # a crash never leaves half an id
+    except OSError as exc:  # a read-only or full state folder must not stop the daemon
+        with contextlib.suppress(OSError):  # the machine's own id, hashed, is stable too
+            machine = Path("/etc/machine-id").read_text().strip()
+            if machine:
+                new = hashlib.sha256(f"fingertip:{machine}".encode()).hexdigest()[:32]
+        log.warning("board_id_not_kept", path=str(path), error=str(exc), board_id=new)
     return new
 
 

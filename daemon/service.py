@@ -27,7 +27,6 @@ from daemon.engine import InputEngine
 from daemon.runtime import Runtime
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
-from daemon.sim.backend import SimulatedBackend
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.trace.recorder import Recorder
@@ -47,7 +46,11 @@ log = structlog.get_logger("daemon.service")
 
 
 def build_backend(config: Config) -> Backend:
+    # Each backend is imported only when chosen: the simulated one needs the test extras
+    # (xkbcommon), which a board does not have.
     if config.backend.kind == "simulated":
+        from daemon.sim.backend import SimulatedBackend
+
         return SimulatedBackend(config)
     from daemon.board import BoardBackend
 
@@ -95,9 +98,11 @@ def build(config: Config) -> Daemon:
     stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
     app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
-    if isinstance(backend, SimulatedBackend):
+    if config.backend.kind == "simulated":
+        from daemon.sim.backend import SimulatedBackend
         from daemon.transports.sim_control import routes as sim_routes
 
+        assert isinstance(backend, SimulatedBackend)
         app.add_routes(sim_routes(backend.target, auth))
     parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
     return Daemon(rt, catalog, app, ws, ipc, parts)

@@ -8,6 +8,7 @@ import ast
 import importlib.metadata as md
 import importlib.util
 import re
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -207,6 +208,19 @@ def test_everything_the_code_imports_ships_to_the_board() -> None:
                 if not dists & closure:
                     missing[f"{path.relative_to(PROJECT)}: {module}"] = sorted(dists)
     assert missing == {}, "imported but not a runtime dependency in pyproject.toml"
+
+
+def test_the_board_daemon_loads_without_the_dev_only_packages() -> None:
+    """The dev-only imports above stay behind the simulated backend: the board's daemon, CLI
+    and gadget tool load with those packages absent (seen once: a top-level import of the
+    simulated backend stopped the board's daemon at start)."""
+    blocked = sorted(set().union(*DEV_ONLY.values()))
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({blocked!r}));"
+        "import daemon.service, daemon.board, daemon.cli, gadget.cli"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_32_bit_arm_board_is_told_why_its_wheelhouse_fails() -> None:

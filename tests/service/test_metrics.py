@@ -7,12 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.daemonproc import DaemonProcess
@@ -163,19 +162,6 @@ async def test_hid_profile_and_capture_counters(make_daemon: Make) -> None:
     assert errors and all(k[1] >= labels(code="target_not_attached") for k in errors), errors
     faults = moved(mid, after, "fingertip_capture_faults_total")
     assert list(faults) == [("fingertip_capture_faults_total", labels(code="capture_unavailable"))]
-
-
-@pytest.fixture
-def offloop_addr() -> Iterator[str]:
-    """A non-loopback address on `lo` (link-local /32): requests come from outside 127.0.0.0/8."""
-    addr = "169.254.231.21"
-    made = subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", "lo"], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot add a test address (needs root and iproute2): {made.stderr!r}")
-    try:
-        yield addr
-    finally:
-        subprocess.run(["ip", "addr", "del", f"{addr}/32", "dev", "lo"], capture_output=True)
 
 
 async def test_http_rules_off_loopback(make_daemon: Make, offloop_addr: str) -> None:

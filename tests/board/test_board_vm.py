@@ -161,7 +161,7 @@ def deployed(
     default = "profile_switch_timeout_s = 15.0"
     assert default in template
     template = template.replace(
-        default, f"profile_switch_timeout_s = {round(30 * board.slowness)}.0"
+        default, f"profile_switch_timeout_s = {min(300, round(30 * board.slowness))}.0"
     )
     board.run(
         "mkdir -p /etc/fingertip && cat > /etc/fingertip/fingertip.toml",

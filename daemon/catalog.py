@@ -117,6 +117,22 @@ class Caller:
             "(the pairing token in the state folder)",
         )
 
+    def admit(self, what: str, *, private: bool = False) -> None:
+        """The rule for the port's routes that are data, not tools (the live stream and
+        snapshot, the flight recorder, /metrics): open where this caller's guard is, and when
+        `private` (a phone's screen, its audit trail) only with the token wherever a write tool
+        needs one."""
+        if private and self.token_required and not self.authenticated:
+            raise ToolError(
+                "auth_required",
+                f"{what} needs 'Authorization: Bearer <token>' on this connection "
+                "(the pairing token in the state folder)",
+            )
+        if not (self.effective.discovery_enabled and self.effective.execution_enabled):
+            raise ToolError(
+                "tool_execution_denied", f"{what}: the {self.transport} guard is disabled"
+            )
+
 
 # What kind of caller each transport is, as Caller's keyword arguments: the one table of who
 # sees what. The HTTP tools API (and its OpenAPI description) is for people and test harnesses;

@@ -163,14 +163,8 @@ class Metrics:
 
     def routes(self, auth: Auth, guard: Guard) -> list[web.RouteDef]:
         async def metrics(request: web.Request) -> web.StreamResponse:
-            caller = auth.caller("http", guard, request)
-            lowered = caller.effective
             try:
-                if not (lowered.discovery_enabled and lowered.execution_enabled):
-                    raise ToolError(
-                        "tool_execution_denied", "metrics are off: the HTTP guard is disabled"
-                    )
-                caller.check_token("metrics", POLICY)
+                auth.caller("http", guard, request).admit("/metrics")
             except ToolError as exc:
                 return error_response(exc)
             loop = asyncio.get_running_loop()

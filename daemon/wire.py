@@ -237,6 +237,18 @@ STATUS = {
     "too_many_connections": 503,
 }
 
+# The port's data routes beside the tools (the live stream and snapshot, the flight recorder):
+# their own codes, and a capture that is gone fails the route (503), where a tool call reports
+# it in a 200.
+DATA_STATUS = {
+    **STATUS,
+    "stream_params_invalid": 400,
+    "trace_query_invalid": 400,
+    "trace_not_found": 404,
+    "capture_unavailable": 503,
+    "too_many_viewers": 503,
+}
+
 IMAGE_TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
 
 # Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
@@ -276,3 +288,17 @@ def is_artifact(result: Any) -> bool:
         and isinstance(result.get("data"), str)
         and result.get("format") in IMAGE_TYPES
     )
+
+
+# A number in a query string, as people write one: ASCII digits, an optional fraction for a
+# real, nothing else (Python's int() and float() also take "1_0", "+5", " 5", "nan" and
+# digits of every script). Twelve digits are more than any bound here allows.
+_QUERY_INT = re.compile(r"[0-9]{1,12}")
+_QUERY_REAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,12})?")
+
+
+def query_number(text: str, kind: type[int] | type[float]) -> int | float:
+    """`text` as an int or a float; ValueError for anything else."""
+    if not (_QUERY_INT if kind is int else _QUERY_REAL).fullmatch(text):
+        raise ValueError(f"not a plain {'integer' if kind is int else 'number'}: {text[:20]!r}")
+    return kind(text)

@@ -34,15 +34,13 @@ from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
-from daemon.wire import WireError, error_body, iso_utc, loads
+from daemon.wire import DATA_STATUS, WireError, error_body, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"
-STATUS = {"trace_query_invalid": 400, "auth_required": 401, "tool_execution_denied": 403,
-          "trace_not_found": 404}  # fmt: skip
 
 
 def _fail(error: ToolError) -> web.Response:
-    return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
+    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
 
 def _bad(message: str) -> ToolError:
@@ -83,13 +81,7 @@ class TraceApi:
 
     def _caller(self, request: web.Request) -> Caller:
         caller = self.auth.caller("http", self.guard, request)
-        if caller.token_required and not caller.authenticated:
-            raise ToolError(
-                "auth_required",
-                "the flight recorder's data needs 'Authorization: Bearer <token>' off loopback",
-            )
-        if not caller.effective.discovery_enabled:
-            raise ToolError("tool_execution_denied", "the HTTP guard is disabled")
+        caller.admit("the flight recorder", private=True)
         return caller
 
     def _shown(self, record: dict[str, Any], guard: Guard) -> dict[str, Any]:
@@ -264,13 +256,11 @@ class TraceApi:
                 raise _bad("send either ids or a range (since, until), not both")
             f = store.Filter(ids=tuple(ids), limit=len(ids), oldest_first=True)
             return f, checkpoints, float(threshold)
-        if "since" not in doc:
+        since = _time("since", doc.get("since"))
+        if since is None:  # a missing or null since would replay the whole history
             raise _bad("send ids, or a range with since (and optionally until)")
         f = store.Filter(
-            since=_time("since", doc.get("since")),
-            until=_time("until", doc.get("until")),
-            limit=1000,
-            oldest_first=True,
+            since=since, until=_time("until", doc.get("until")), limit=1000, oldest_first=True
         )
         return f, checkpoints, float(threshold)
 

@@ -43,6 +43,7 @@ from daemon.config import StreamConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
 from daemon.screen.encode import Encoded, encode
+from daemon.wire import query_number
 
 log = structlog.get_logger("daemon.screen.stream")
 
@@ -120,7 +121,7 @@ def _number(query: Any, name: str, default: float, lo: float, hi: float, kind: t
     if text is None:
         return min(max(default, lo), hi)
     try:
-        value = kind(text)
+        value = query_number(text, kind)
     except ValueError:
         raise _bad(f"{name} must be a{'n integer' if kind is int else ' number'}") from None
     if not lo <= value <= hi:  # NaN fails this too

@@ -56,6 +56,8 @@ def _replayable(record: dict[str, Any]) -> str | None:
     """Why a recorded invocation cannot be run again, else None."""
     if not record["hid"]:
         return "not an input invocation"
+    if record["transport"] == "replay":  # its original is in the range too, or was replayed
+        return "a replayed step"
     if record["outcome"] != "ok":
         return f"it did not succeed when recorded ({record['error_code']})"
     args = record["args"]
@@ -78,59 +80,43 @@ async def replay(
 ) -> dict[str, Any]:
     done: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
+
+    def report(stopped: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"ok": stopped is None, "completed": done, "skipped": skipped, "stopped": stopped}
+
     for index, step in enumerate(steps):
         rec = step.record
+        entry: dict[str, Any] = {"index": index, "id": rec["id"], "tool": rec["tool"]}
         why = _replayable(rec)
         if why is not None:
-            skipped.append({"index": index, "id": rec["id"], "tool": rec["tool"], "reason": why})
+            skipped.append({**entry, "reason": why})
             continue
         if checkpoints and step.before is not None:
             try:
                 live = await screen.source.frame(timeout=screen.frame_timeout_s)
             except ToolError as exc:  # no screen to check against: stop, do not act blind
-                return {
-                    "ok": False,
-                    "completed": done,
-                    "skipped": skipped,
-                    "stopped": {
-                        "index": index,
-                        "id": rec["id"],
-                        "tool": rec["tool"],
-                        "reason": "capture_unavailable",
-                        "error": exc.to_dict(),
-                    },
-                }
+                return report({**entry, "reason": "capture_unavailable", "error": exc.to_dict()})
             diff, live_jpeg = await asyncio.to_thread(
                 checkpoint, step.before, live, quality, threshold
             )
             if diff.changed:
-                return {
-                    "ok": False,
-                    "completed": done,
-                    "skipped": skipped,
-                    "stopped": {
-                        "index": index,
-                        "id": rec["id"],
-                        "tool": rec["tool"],
+                return report(
+                    {
+                        **entry,
                         "reason": "screen_mismatch",
                         "diff": diff.to_dict(),
                         "recorded_before": {"format": "jpeg", "data": _b64(step.before.jpeg)},
                         "live": {"format": "jpeg", "data": _b64(live_jpeg)},
-                    },
-                }
+                    }
+                )
         outcome = await catalog.call(
             rec["tool"],
             rec["args"],
             guard=guard,
             ctx=CallContext("replay", client=client, token_id=token_id),
         )
-        entry = {"index": index, "id": rec["id"], "tool": rec["tool"], "ok": outcome.ok}
+        entry["ok"] = outcome.ok
         if outcome.error is not None:
-            return {
-                "ok": False,
-                "completed": done,
-                "skipped": skipped,
-                "stopped": {**entry, "reason": "step_failed", "error": outcome.error.to_dict()},
-            }
+            return report({**entry, "reason": "step_failed", "error": outcome.error.to_dict()})
         done.append(entry)
-    return {"ok": True, "completed": done, "skipped": skipped, "stopped": None}
+    return report()

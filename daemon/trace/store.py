@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.wire import query_number
+
 DB_NAME = "trace.db"
 
 MIGRATIONS: tuple[str, ...] = (
@@ -265,11 +267,16 @@ def parse_filter(query: Mapping[str, Any], *, default_limit: int, max_limit: int
     unknown = set(query) - set(FILTERS)
     if unknown:
         raise ValueError(f"unknown filter {sorted(unknown)[0]!r}")
+    getall = getattr(query, "getall", None)  # a query string can name a key twice
+    twice = sorted(k for k in set(query) if getall is not None and len(getall(k)) > 1)
+    if twice:
+        raise ValueError(f"{twice[0]} is given twice")
     outcome = query.get("outcome")
     if outcome is not None and outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
+    limit_text = query.get("limit", default_limit)
     try:
-        limit = int(query.get("limit", default_limit))
+        limit = limit_text if type(limit_text) is int else int(query_number(limit_text, int))
     except (TypeError, ValueError):
         raise ValueError("limit must be an integer") from None
     if not 1 <= limit <= max_limit:

@@ -222,6 +222,12 @@ HOSTILE = [
     "width=100",
     "fps=10&fps=x",
     "quality=" + "9" * 5000,
+    "fps=1_0",  # what int() and float() take beyond plain ASCII digits
+    "fps=%D9%A3",
+    "fps=%20%205",
+    "quality=%2B80",
+    "max_width=%EF%BC%91%EF%BC%96%EF%BC%90",
+    "fps=nan",
 ]
 
 

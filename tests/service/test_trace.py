@@ -238,6 +238,10 @@ async def test_the_trace_needs_the_token_where_write_tools_do(make_daemon: Make)
         "?outcome=maybe",
         "?color=red",
         "?since=inf",
+        "?limit=1_0",
+        "?limit=%2B5",
+        "?limit=%EF%BC%91",
+        "?outcome=ok&outcome=error",
     ],
 )
 async def test_bad_filters_have_their_code(daemon: DaemonProcess, query: str) -> None:
@@ -257,6 +261,8 @@ async def test_bad_filters_have_their_code(daemon: DaemonProcess, query: str) ->
         {"threshold": True, "ids": ["a"]},
         {"checkpoints": "yes", "ids": ["a"]},
         {"until": 5},
+        {"since": None},
+        {"since": None, "until": 5},
         {"other": 1},
     ],
 )
@@ -452,7 +458,14 @@ async def test_replay_reproduces_the_recorded_text_on_a_fresh_target(make_daemon
         assert [s["id"] for s in report["completed"]] == ids and report["stopped"] is None
         assert again.sim_state()["texts"]["Notes"] == "Replayed, word for word!"
         # The replayed steps are recorded too, as such.
-        assert len(await traced(again, "?transport=replay", count=2)) == 2
+        replayed = await traced(again, "?transport=replay", count=2)
+        assert len(replayed) == 2
+        # A range replays what was done, never the replays of it again.
+        body = {"since": 0, "checkpoints": False}
+        status, report = await http(again, "POST", "/api/trace/replay", body)
+        assert status == 200 and [s["id"] for s in report["completed"]] == ids, report
+        skipped = {s["id"] for s in report["skipped"] if s["reason"] == "a replayed step"}
+        assert skipped == {r["id"] for r in replayed}
     finally:
         again.kill()
 

@@ -69,7 +69,8 @@ class Auth:
         presented = query_token
         if authorization and authorization.lower().startswith("bearer "):
             presented = authorization[7:].strip()
-        if presented:
+        # A header aiohttp could not decode arrives surrogate-escaped: no token is like that.
+        if presented and presented.isascii():
             for (token, max_policy), token_id in zip(self._tokens, self._token_ids, strict=True):
                 if hmac.compare_digest(presented.encode(), token.encode()):
                     return Client(True, max_policy, token_id)

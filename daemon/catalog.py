@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -417,25 +417,52 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
 
 def with_defaults(schema: dict[str, Any], value: Any) -> Any:
     """`value` (valid against `schema`) with every absent property whose schema states a
-    `default` filled in, in nested objects and array items too. A new value: the caller's is
-    never changed. The schema's `default` is thus the one statement of each argument default."""
+    `default` filled in, in nested objects and array items too, and every whole-number float
+    where the schema asks for an integer made an int (JSON Schema counts 2.0 as an integer; a
+    handler gets the int it was promised). A new value: the caller's is never changed. The
+    schema's `default` is thus the one statement of each argument default."""
+    if type(value) is float:
+        if value.is_integer() and any(_says_integer(b) for b in _branches(schema)):
+            return int(value)
+        return value
     if isinstance(value, dict):
-        props = schema.get("properties")
-        if not isinstance(props, dict):
-            return value
         out = dict(value)
-        for key, sub in props.items():
-            if not isinstance(sub, dict):
+        for branch in _branches(schema):
+            props = branch.get("properties")
+            if not isinstance(props, dict):
                 continue
-            if key in out:
-                out[key] = with_defaults(sub, out[key])
-            elif "default" in sub:
-                out[key] = copy.deepcopy(sub["default"])
+            for key, sub in props.items():
+                if not isinstance(sub, dict):
+                    continue
+                if key in out:
+                    out[key] = with_defaults(sub, out[key])
+                elif branch is schema and "default" in sub:
+                    out[key] = copy.deepcopy(sub["default"])
         return out
-    items = schema.get("items")
-    if isinstance(value, list) and isinstance(items, dict):
-        return [with_defaults(items, v) for v in value]
+    if isinstance(value, list):
+        items = [b["items"] for b in _branches(schema) if isinstance(b.get("items"), dict)]
+        for sub in items:
+            value = [with_defaults(sub, v) for v in value]
     return value
+
+
+def _branches(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """`schema` and the subschemas that may apply with it (allOf, anyOf, oneOf, then, else)."""
+    yield schema
+    for key in ("allOf", "anyOf", "oneOf"):
+        subs = schema.get(key)
+        for sub in subs if isinstance(subs, list) else ():
+            if isinstance(sub, dict):
+                yield from _branches(sub)
+    for key in ("then", "else"):
+        sub = schema.get(key)
+        if isinstance(sub, dict):
+            yield from _branches(sub)
+
+
+def _says_integer(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
 
 
 def validation_error(

@@ -37,6 +37,7 @@ from daemon.catalog import (
     Outcome,
     schema_errors,
     validation_error,
+    with_defaults,
 )
 from daemon.config import WsConfig
 from daemon.errors import ToolError
@@ -263,6 +264,7 @@ class WsTransport:
             errors = schema_errors(self.call_schema, p)
             if errors:
                 raise validation_error(errors, "tool.call payload", "tool_call_payload_invalid")
+            p = with_defaults(self.call_schema, p)  # chunkBytes 65536.0 is the int 65536
         after = None
         if "after" in p:
             a = p["after"]

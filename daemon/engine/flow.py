@@ -27,12 +27,12 @@ import structlog
 
 from daemon import evidence
 from daemon.backends import HidOutput, ProfileControl
-from daemon.catalog import note
 from daemon.config import InputConfig
 from daemon.engine import program as prog
 from daemon.engine.executor import Held, execute
 from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
+from daemon.evidence import note
 from gadget import reports
 from gadget.errors import GadgetError
 from gadget.profiles import FULL, ISOLATED
@@ -293,20 +293,17 @@ class InputEngine:
         try:
             async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
                 changed = await asyncio.shield(switch)
-        except TimeoutError:
-            self._late_switch = switch
-            switch.add_done_callback(self._late_switch_ended)
+        except BaseException as exc:
+            if not switch.done():  # timed out, or its invocation cancelled: it goes on
+                self._late_switch = switch
+                switch.add_done_callback(self._late_switch_ended)
+            if not isinstance(exc, TimeoutError):
+                raise self._switch_failed(name, exc) from None
             raise ToolError(
                 "profile_switch_failed",
                 f"switching the USB composite to {name!r} did not finish within "
                 f"{self.cfg.profile_switch_timeout_s:g} s",
                 retryable=True,
-            ) from None
-        except GadgetError as e:
-            raise ToolError(
-                "profile_switch_failed",
-                f"switching the USB composite to {name!r} failed: {e.message}",
-                retryable=e.retryable,
             ) from None
         if not changed:
             return False
@@ -349,6 +346,18 @@ class InputEngine:
             self.held.last[role] = report
         return roles
 
+    @staticmethod
+    def _switch_failed(name: str, exc: BaseException) -> BaseException:
+        """What a switch that ended in `exc` raises: a gadget fault is the tool's error;
+        anything else (a cancellation) goes on as it is."""
+        if isinstance(exc, GadgetError):
+            return ToolError(
+                "profile_switch_failed",
+                f"switching the USB composite to {name!r} failed: {exc.message}",
+                retryable=exc.retryable,
+            )
+        return exc
+
     def _re_enumerated(self) -> None:
         self.held.forget()  # the host dropped everything held when it re-enumerated
         self.leds_silent = False
@@ -386,9 +395,12 @@ class InputEngine:
         self._restorer = asyncio.ensure_future(self._restore_in_flow())
 
     async def _restore_in_flow(self) -> None:
-        async with self._flow:
-            if not self._closed:
-                await self.restore_full()
+        try:
+            async with self._flow:
+                if not self._closed:
+                    await self.restore_full()
+        except Exception:  # a task nobody awaits: its fault is logged, never lost
+            log.exception("profile_restore_failed_in_background")
 
     async def restore_full(self, session: Session | None = None) -> bool:
         try:
@@ -486,6 +498,8 @@ class InputEngine:
         finally:
             if locked:
                 self._flow.release()
+        if self._restorer is not None:  # waiting for the flow: the stop did its work
+            self._restorer.cancel()
         log.info(
             "input_engine_stopped",
             released=released,

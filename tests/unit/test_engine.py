@@ -391,12 +391,14 @@ class LateSwitchTarget(RecordingTarget):
         self.delay_s = delay_s
         self.lock = asyncio.Lock()
         self.switched = asyncio.Event()
+        self.begun = asyncio.Event()
 
     async def switch_profile(self, name: str) -> bool:
         async def switch() -> bool:
             async with self.lock:
                 if name == self.profile:
                     return False
+                self.begun.set()
                 await asyncio.sleep(self.delay_s)
                 self.profile = name
                 self.events.append(("switch", name))
@@ -425,3 +427,24 @@ async def test_a_switch_past_its_limit_still_ends_on_full() -> None:
     async with eng.invocation("keyboard_tap") as s:
         await s.run(chord("cmd", "a"))
     assert target.profile == FULL and target.events[-1] == ("switch", FULL)
+
+
+async def test_a_switch_whose_invocation_is_cancelled_still_ends_on_full() -> None:
+    """Cancelled (the client gone at the HID limit, the stop's drain) while the switch to
+    keyboard-isolated runs: the switch goes on and lands, and the engine brings `full` back."""
+    target = LateSwitchTarget(delay_s=0.3)
+    eng = InputEngine(target, target, FAST, "ios")
+
+    async def chord_tap() -> None:
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "a"))
+
+    task = asyncio.create_task(chord_tap())
+    await asyncio.wait_for(target.begun.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    while [ev[1] for ev in target.events if ev[0] == "switch"] != [ISOLATED, FULL]:
+        target.switched.clear()
+        await asyncio.wait_for(target.switched.wait(), 10)
+    assert target.profile == FULL and eng.held.holding() == []

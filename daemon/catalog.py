@@ -9,7 +9,6 @@ the one log line per invocation.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import hashlib
 import json
@@ -288,23 +287,9 @@ class CallContext:
     detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
     invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     token_id: str = ""  # which token authenticated the caller (auth.Client.token_id), never it
-    # What the tool noted about itself for observers (note()): ("before"/"after", Frame),
-    # ("released", [...]), ("profile_switches", [...]).
+    # What the tool noted about itself for observers (daemon.evidence.note): ("before" or
+    # "after", Frame), ("released", [...]), ("profile_switches", [...]).
     evidence: list[tuple[str, Any]] = field(default_factory=list)
-
-
-# The call running in this task (and in the tasks and threads it starts), so deep helpers (the
-# screen, the input engine) can note evidence without every signature carrying the context.
-_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
-    "fingertip_call", default=None
-)
-
-
-def note(kind: str, value: Any) -> None:
-    """Attach evidence to the running invocation, if any (cheap: one list append)."""
-    ctx = _CURRENT.get()
-    if ctx is not None:
-        ctx.evidence.append((kind, value))
 
 
 @dataclass(frozen=True)
@@ -662,7 +647,7 @@ class Catalog:
         result: Any = None
         error: ToolError | None = None
         shot: list[Outcome] = []
-        token = _CURRENT.set(ctx)
+        token = evidence.noted.set(ctx.evidence)
         try:
             spec = self.lookup(name, caller)
             caller.check_token(name, spec.policy)
@@ -684,15 +669,15 @@ class Catalog:
             log.exception("tool_exception", tool=name)
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
         finally:
-            _CURRENT.reset(token)
+            evidence.noted.reset(token)
         code = error.code if error else None
-        evidence = shot[0] if shot and error is None else None
-        extra: dict[str, Any] = {} if after is None else {"evidence": _evidence_word(evidence)}
+        taken = shot[0] if shot and error is None else None
+        extra: dict[str, Any] = {} if after is None else {"evidence": _evidence_word(taken)}
         outcome = "ok" if error is None else "error"
         self._log(name, started, outcome, code, ctx, args, called_at, result, **extra)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
         ms = int((time.monotonic() - started) * 1000)
-        return Outcome(dummy, result, error, ms, called_at, evidence)
+        return Outcome(dummy, result, error, ms, called_at, taken)
 
     def _arguments(self, spec: ToolSpec, args: Any, caller: Caller) -> Any:
         """The arguments as the tool takes them, however the caller's wire carried them."""

@@ -3,14 +3,19 @@
 A call may ask for evidence of its own action (the WebSocket `after`). For a HID tool it must be
 taken while the invocation still holds the HID flow, or it could show another client's action
 that started in between. The catalog sets the hook of the running invocation here; the input
-engine runs it as a successful invocation ends, before the flow is let go. Stdlib only: the
-engine must not depend on the catalog.
+engine runs it as a successful invocation ends, before the flow is let go.
+
+And what an invocation notes about itself for the catalog's observers (the flight recorder):
+the screens it started and ended on, what it released, its profile switches. Deep helpers (the
+screen, the engine) note them here without every signature carrying the call's context.
+Stdlib only: the engine and the screen must not depend on the catalog.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from typing import Any
 
 
 class InFlowHook:
@@ -35,3 +40,15 @@ async def take_in_flow() -> None:
     hook = current.get()
     if hook is not None:
         await hook()
+
+
+# The running invocation's notes (its CallContext.evidence), in its task and the tasks and
+# threads it starts.
+noted: ContextVar[list[tuple[str, Any]] | None] = ContextVar("fingertip_noted", default=None)
+
+
+def note(kind: str, value: Any) -> None:
+    """Attach `value` to the running invocation, if any (cheap: one list append)."""
+    notes = noted.get()
+    if notes is not None:
+        notes.append((kind, value))

@@ -20,9 +20,9 @@ from typing import Any
 
 import structlog
 
-from daemon.catalog import note
 from daemon.config import CaptureConfig
 from daemon.errors import ToolError
+from daemon.evidence import note
 from daemon.frames import Frame, FrameSource
 from daemon.screen.detector import Diff, Signature, compare, signature
 from daemon.screen.encode import encode, screenshot_dict

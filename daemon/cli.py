@@ -105,9 +105,12 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, width=100)
 
 
+MAX_SECONDS = 86400.0  # a day: more is a typo, and inf or 1e308 overflows the clocks
+
+
 def _seconds(text: str) -> float:
     value = float(text)
-    if not value > 0:
+    if not 0 < value <= MAX_SECONDS:  # NaN fails this too
         raise ValueError(text)
     return value
 

@@ -19,16 +19,19 @@ import contextlib
 import hashlib
 import ipaddress
 import os
+import re
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import ifaddr
 import structlog
-from zeroconf import IPVersion, ServiceInfo
-from zeroconf.asyncio import AsyncZeroconf
 
 from daemon.config import Config
+
+if TYPE_CHECKING:  # zeroconf and ifaddr are imported by a daemon that announces, only
+    from zeroconf import ServiceInfo
+    from zeroconf.asyncio import AsyncZeroconf
 
 log = structlog.get_logger("daemon.discovery")
 
@@ -42,9 +45,9 @@ POLL_S = 1.0  # how often the watcher looks for a configured address that came o
 def board_id(state_dir: Path) -> str:
     """This board's stable id (uuid4 hex), made once in the state folder."""
     path = state_dir / BOARD_ID_FILE
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError, UnicodeDecodeError):  # missing or damaged: a new one
         existing = path.read_text().strip()
-        if existing:
+        if re.fullmatch(r"[0-9a-f]{32}", existing):
             return existing
     new = uuid.uuid4().hex
     try:
@@ -82,6 +85,8 @@ def present(addresses: Iterable[str]) -> list[str]:
     """Those of `addresses` an interface of this machine has right now, with its link up. The
     board's USB address stays on usb0 while the target re-enumerates (networkd keeps it), so
     the carrier is what says the link went and came back."""
+    import ifaddr
+
     here: set[str] = set()
     for adapter in ifaddr.get_adapters():
         if not carrier(adapter.name):
@@ -125,13 +130,14 @@ class Announcer:
         self.config = config
         self.version = version
         self.addresses = announceable(config.server.listen)
-        self.board = board_id(config.state_dir)
-        self.name = instance_name(config, self.board)
+        self.board = self.name = ""  # made by start(), when there is something to announce
         self._zc: AsyncZeroconf | None = None
         self._live: list[str] = []  # the addresses the current zeroconf instance uses
         self._watcher: asyncio.Task[None] | None = None
 
     def services(self, addresses: list[str]) -> list[ServiceInfo]:
+        from zeroconf import ServiceInfo
+
         host = f"fingertip-{self.board[:12]}.local."  # unique per board on a shared link
         port = self.config.server.port
         props = txt(self.config, self.version, self.board)
@@ -161,13 +167,16 @@ class Announcer:
         if not self.addresses:
             log.info("discovery_off", reason="no non-loopback address in [server].listen")
             return
-        await self._look()
+        self.board = board_id(self.config.state_dir)
+        self.name = instance_name(self.config, self.board)
+        # The first announcement too runs beside the daemon (its probing takes seconds): the
+        # daemon is ready as soon as its listeners are.
         self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
-            await asyncio.sleep(POLL_S)
             await self._look()
+            await asyncio.sleep(POLL_S)
 
     async def _look(self) -> None:
         try:
@@ -186,6 +195,9 @@ class Announcer:
         if not up:
             log.info("discovery_waiting", addresses=self.addresses)
             return
+        from zeroconf import IPVersion
+        from zeroconf.asyncio import AsyncZeroconf
+
         v6 = any(ipaddress.ip_address(a.split("%")[0]).version == 6 for a in up)
         v4 = any(ipaddress.ip_address(a.split("%")[0]).version == 4 for a in up)
         version = IPVersion.All if v4 and v6 else IPVersion.V6Only if v6 else IPVersion.V4Only

@@ -26,6 +26,12 @@ def test_board_id_is_made_once(tmp_path: Path) -> None:
     assert len(first) == 32 and int(first, 16) >= 0
     assert board_id(tmp_path / "state") == first
     assert (tmp_path / "state" / BOARD_ID_FILE).read_text().strip() == first
+    # A damaged file (not text, too long for a TXT record) is replaced, never fatal.
+    for damaged in (b"\xff\xfe\n", b"a" * 300, b""):
+        (tmp_path / "state" / BOARD_ID_FILE).write_bytes(damaged)
+        again = board_id(tmp_path / "state")
+        assert len(again) == 32 and int(again, 16) >= 0
+        assert board_id(tmp_path / "state") == again
 
 
 def test_txt_and_name() -> None:

@@ -210,6 +210,7 @@ class CountingHid:
     def __init__(self, inner: HidOutput, metrics: Metrics) -> None:
         self.inner = inner
         self.metrics = metrics
+        self._written: dict[str, Any] = {}  # role -> its counter (labels() per report cost 20x)
 
     async def write(self, role: str, report: bytes) -> None:
         try:
@@ -220,7 +221,10 @@ class CountingHid:
         except Exception:
             self.metrics.hid_errors.labels(role, "exception").inc()
             raise
-        self.metrics.hid_reports.labels(role).inc()
+        counter = self._written.get(role)
+        if counter is None:
+            counter = self._written[role] = self.metrics.hid_reports.labels(role)
+        counter.inc()
 
     def led_reports(self) -> tuple[int, reports.Leds | None]:
         return self.inner.led_reports()

@@ -120,6 +120,20 @@ def stalled_reader(port: int, query: str) -> socket.socket:
     return sock
 
 
+def closed_by_daemon(sock: socket.socket, timeout: float = 30.0) -> bool:
+    """Read what the daemon had sent until it closes the connection (True), or until it sends
+    nothing more for `timeout` with the connection still open (False)."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(1 << 16):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
 async def test_stalled_readers_are_dropped_and_memory_stays_flat(
     make_daemon: Callable[..., DaemonProcess],
 ) -> None:
@@ -147,6 +161,8 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
                 assert grown < piled_kib / 4, f"RSS grew {grown} KiB; piled up: {piled_kib}"
                 metrics = await until(lambda: _stalled(d, STALLED))  # then they are dropped
                 assert metrics["viewers"] == 1  # the good one stays
+                for sock in stalled:  # and their connections with them, not held for good
+                    assert await asyncio.to_thread(closed_by_daemon, sock)
             finally:
                 for sock in stalled:
                     sock.close()

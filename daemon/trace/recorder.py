@@ -192,7 +192,7 @@ class Recorder:
                 stop = any(item is _STOP for item in batch)
                 invocations = [i for i in batch if i is not _STOP]
                 try:
-                    rows = [self._row(i) for i in invocations]
+                    rows = self._rows(invocations)
                     if rows:
                         store.insert(conn, rows)
                         self.recorded += len(rows)
@@ -203,13 +203,23 @@ class Recorder:
                         last_age_prune = now
                         if removed:
                             log.debug("trace_pruned", removed=removed)
-                except (OSError, sqlite3.Error) as exc:
-                    self._disable(exc)
+                except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse:
+                    self._disable(exc)  # either way said once, never a silently dead writer
                     return
                 if stop:
                     return
         finally:
             conn.close()
+
+    def _rows(self, invocations: list[Invocation]) -> list[store.Row]:
+        rows = []
+        for inv in invocations:
+            try:
+                rows.append(self._row(inv))
+            except Exception as exc:  # one record this code cannot build is lost alone
+                self.dropped += 1
+                log.warning("trace_record_dropped", tool=inv.tool, error=repr(exc)[:500])
+        return rows
 
     def _row(self, inv: Invocation) -> store.Row:
         frames = [(kind, v) for kind, v in inv.evidence if kind in ("before", "after")]

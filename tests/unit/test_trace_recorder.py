@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.catalog import Catalog, Invocation
 from daemon.config import TraceConfig
 from daemon.trace import store
@@ -52,19 +54,21 @@ def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> No
     assert sorted(ids) == [f"{2:032x}", f"{3:032x}"]
 
 
-def test_a_writer_fault_turns_recording_off_and_says_why(tmp_path: Path) -> None:
+def test_a_writer_fault_turns_recording_off_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Any fault of the writer itself, not only the file's, ends recording visibly."""
+
+    def insert(*_: object) -> None:
+        raise MemoryError("boom")
+
     rec = _recorder(tmp_path)
     rec.start()
     try:
         _until(lambda: rec.ready)
-        real_insert = store.insert
-        try:
-            store.insert = lambda *_: (_ for _ in ()).throw(MemoryError("boom"))  # type: ignore[assignment]
-            rec.observe(_invocation(1))
-            _until(lambda: rec.status()["recording"] is False)
-        finally:
-            store.insert = real_insert  # type: ignore[assignment]
+        monkeypatch.setattr(store, "insert", insert)
+        rec.observe(_invocation(1))
+        _until(lambda: rec.status()["recording"] is False)
         assert "MemoryError: boom" in rec.status()["reason"]
         rec.observe(_invocation(2))  # refused quietly from now on: nothing queues up
         assert rec._queue.qsize() == 0

@@ -302,6 +302,15 @@ class StreamConfig:
         10.0, _num(0.5, 600), "a viewer whose socket takes no frame for this long is dropped"
     )
 
+    def __post_init__(self) -> None:  # bounds the schema cannot relate to each other
+        if not self.min_quality <= self.default_quality <= self.max_quality:
+            raise ValueError(
+                f"min_quality <= default_quality <= max_quality, got {self.min_quality}, "
+                f"{self.default_quality}, {self.max_quality}"
+            )
+        if self.default_fps > self.max_fps:
+            raise ValueError(f"default_fps {self.default_fps:g} is above max_fps {self.max_fps:g}")
+
 
 @dataclass(frozen=True)
 class ShellConfig:
@@ -427,7 +436,12 @@ def from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> Config:
     errors = sorted(_VALIDATOR.iter_errors(dict(data)), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(f"{source}: {_describe(errors[0])}")
-    sections: dict[str, Any] = {name: cls(**data.get(name, {})) for name, cls in _SECTIONS.items()}
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        try:
+            sections[name] = cls(**data.get(name, {}))
+        except ValueError as exc:  # a section's own cross-checks (__post_init__)
+            raise ConfigError(f"{source}: {name}: {exc}") from None
     try:
         gadget = GadgetSettings.from_table(data.get("gadget", {}))
     except ValueError as exc:

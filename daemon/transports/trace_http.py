@@ -39,6 +39,13 @@ from daemon.wire import DATA_STATUS, WireError, error_body, iso_utc, loads
 HIDDEN = "arguments and results of critical tools need a full-access caller"
 
 
+async def _json_off_loop(doc: Any) -> web.Response:
+    """web.json_response's bytes, encoded in a thread: a page of 1,000 records (arguments up
+    to 64 KiB each) or a record's images would hold the event loop, and with it HID deadlines."""
+    text = await asyncio.to_thread(json.dumps, doc)
+    return web.Response(text=text, content_type="application/json")
+
+
 def _fail(error: ToolError) -> web.Response:
     return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
@@ -113,13 +120,12 @@ class TraceApi:
         except ToolError as exc:
             return _fail(exc)
         rows = await self._read(store.select, f) or []
-        return web.json_response(
-            {
-                "count": len(rows),
-                "trace": self.recorder.status(),
-                "invocations": [self._shown(r, guard) for r in rows],
-            }
-        )
+        doc = {
+            "count": len(rows),
+            "trace": self.recorder.status(),
+            "invocations": [self._shown(r, guard) for r in rows],
+        }
+        return await _json_off_loop(doc)
 
     async def one(self, request: web.Request) -> web.Response:
         try:
@@ -146,7 +152,7 @@ class TraceApi:
             }
             for i in imgs
         ]
-        return web.json_response(record)
+        return await _json_off_loop(record)
 
     async def export(self, request: web.Request) -> web.Response:
         try:

@@ -223,8 +223,8 @@ class Daemon:
 
 async def serve(config: Config) -> None:
     wire.use_orjson()  # the daemon's wire parser (the CLI keeps json alone)
-    for key, use in config.retired:  # accepted (an upgrade must not stop a board), said once
-        log.warning("config_key_retired", key=key, use=use, source=config.source)
+    if config.retired:  # accepted (an upgrade must not stop a board's daemon), said once
+        log.warning("config_keys_retired", source=config.source, ignored=dict(config.retired))
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
     daemon = build(config)

@@ -109,7 +109,7 @@ async def execute(
 
 async def release(
     hid: HidOutput, program: Sequence[Step], timeout_s: float
-) -> dict[str, tuple[int, BaseException]]:
+) -> dict[str, tuple[int, GadgetError | TimeoutError]]:
     """Play a release program (prog.release_program) so that nothing cuts it short: each role's
     steps run beside the others' on the same absolute deadlines (a role whose target stalls
     delays no other role's release), each write has `timeout_s` of its own, and a refused
@@ -117,13 +117,14 @@ async def release(
     Returns (reports delivered, last error) for each role that had a write fail.
     """
     t0 = time.monotonic()
-    failed: dict[str, tuple[int, BaseException]] = {}
+    failed: dict[str, tuple[int, GadgetError | TimeoutError]] = {}
     by_role: dict[str, list[Step]] = {}
     for step in program:
         by_role.setdefault(step.role, []).append(step)
 
     async def play(role: str, steps: list[Step]) -> None:
-        delivered, error = 0, None
+        delivered = 0
+        error: GadgetError | TimeoutError | None = None
         for at_ms, _, report in steps:
             await sleep_until(t0 + at_ms / 1000)
             try:

@@ -9,13 +9,13 @@ A Session is one invocation's scope:
   the target's enumeration before the next report.
 - Whatever ends the invocation (return, error, the catalog's limit, client gone, shutdown), its
   end releases every role the target may still hold and restores `full`, shielded from further
-  cancellation.
+  cancellation. The only thing that outlives an invocation on purpose is a confirmed drag
+  (drag_start with a stable screen), and that is undone after `drag_limit_s` if no drag_release
+  comes.
 - The engine is the one place that knows what is held (executor.Held) and releases it (one
   release program, [input].release_repeats / release_interval_ms): at an invocation's end,
   before a profile switch, at a start that inherits the host's state (release_everything) and
-  at stop. The only thing that outlives an invocation on purpose is a confirmed drag
-  (drag_start with a stable screen), and that is undone after `drag_limit_s` if no drag_release
-  comes.
+  at stop. The gadget's writers only write.
 """
 
 from __future__ import annotations

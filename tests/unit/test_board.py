@@ -401,12 +401,13 @@ async def test_the_engines_stop_lifts_a_held_drag_where_it_is_and_every_key(
     await b.start()
     eng = engine(b)
     start, at = Point(100, 100), Point(300, 400)
+    drag = prog.drag_start(eng.cfg, eng.pointer, start, at)
     async with eng.invocation("drag_start", drag="start") as s:
-        await s.run(prog.drag_start(eng.cfg, eng.pointer, start, at))
+        await s.run(drag)
         s.keep_contact(start, at)
     x, y = at.abs()
-    pressed = await drain(host, "pointer", 7, 1)
-    assert reports.unpack_mouse(pressed[-1]) == reports.MouseState(reports.BUTTON_LEFT, x, y)
+    assert await drain(host, "pointer", 7, len(drag)) == [step.report for step in drag]
+    assert reports.unpack_mouse(drag[-1].report) == reports.MouseState(reports.BUTTON_LEFT, x, y)
     await eng.close()
     await b.close()
     n = eng.cfg.release_repeats
@@ -446,13 +447,18 @@ async def test_a_release_goes_on_past_a_role_whose_host_stopped_reading(
     b = board(dataclasses.replace(settings, write_timeout=0.05), host)
     await b.start()
     eng = engine(b)
+    # The keyboard's node becomes a full pipe nobody reads (a pty drains its buffer
+    # asynchronously, so it cannot be kept full).
+    node = b.gadget.device_nodes()["keyboard"]
+    node.unlink()
+    os.mkfifo(node)
+    reader = os.open(node, os.O_RDONLY | os.O_NONBLOCK)
+    filler = os.open(node, os.O_WRONLY | os.O_NONBLOCK)
     try:
-        slave = host._slaves["keyboard"]
-        os.set_blocking(slave, False)
-        for size in (4096, 1):  # fill what the host has not read, to the last byte
+        for size in (4096, 1):  # to the last byte
             with contextlib.suppress(BlockingIOError):
                 while True:
-                    os.write(slave, bytes(size))
+                    os.write(filler, bytes(size))
         with structlog.testing.capture_logs() as logs:
             await eng.release_everything()
         n = eng.cfg.release_repeats
@@ -465,3 +471,5 @@ async def test_a_release_goes_on_past_a_role_whose_host_stopped_reading(
     finally:
         await eng.close()
         await b.close()
+        os.close(filler)
+        os.close(reader)

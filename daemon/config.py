@@ -22,7 +22,7 @@ import jsonschema
 from daemon.screen.options import STABLE
 from daemon.wire import WireError, check
 from gadget import layouts
-from gadget.settings import GadgetSettings
+from gadget.settings import GadgetSettings, retired_keys
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
 GUARD_PRESETS = ("disabled", "read-only", "read-write", "full-access")
@@ -380,6 +380,9 @@ class Config:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     gadget: GadgetSettings = field(default_factory=GadgetSettings)
     source: str = "<defaults>"
+    # (key, what replaces it) for each retired key the file still has: accepted, ignored, and
+    # warned about once when the daemon starts.
+    retired: tuple[tuple[str, str], ...] = ()
 
     @property
     def platform(self) -> str:
@@ -394,7 +397,7 @@ class Config:
 _SECTIONS: dict[str, type[Any]] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in dataclasses.fields(Config)
-    if f.name not in ("gadget", "source")
+    if f.name not in ("gadget", "source", "retired")
 }
 
 
@@ -446,7 +449,8 @@ def from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> Config:
         gadget = GadgetSettings.from_table(data.get("gadget", {}))
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return Config(**sections, gadget=gadget, source=source)
+    retired = tuple(retired_keys(data.get("gadget", {})))
+    return Config(**sections, gadget=gadget, source=source, retired=retired)
 
 
 def load(path: Path | None = None) -> Config:

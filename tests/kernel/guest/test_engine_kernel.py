@@ -28,7 +28,7 @@ from daemon.config import Config, DeviceConfig, InputConfig
 from daemon.engine import InputEngine
 from daemon.engine import program as prog
 from daemon.engine.program import Point, Program
-from gadget import reports
+from gadget import keymap, reports
 from gadget.profiles import build_profile
 
 EV_KEY, EV_ABS = ecodes.EV_KEY, ecodes.EV_ABS
@@ -339,6 +339,41 @@ async def test_isolation_round_trip(start: Start, host: UsbHost, record: Record)
         move = prog.mouse_move(rig.cfg, rig.engine.pointer, Point(100, 900))
         g = await gesture(rig, mouse, t, "mouse_move", move)
         assert g.got == g.want and len(g.want) == 2
+
+
+# --- a restart after a crash ------------------------------------------------------------------
+
+
+async def test_a_restart_releases_what_a_crashed_daemon_left_down(start: Start) -> None:
+    """A daemon dies with a key and the button down; the next one starts on the same live
+    `full` (reconciling changes nothing, so the host kept its state) and its engine, knowing
+    nothing, lifts every role: the target sees KEY_A and BTN_LEFT up, the cursor at the centre
+    (what the daemon's start does when the backend says the host kept its state)."""
+    rig = await start("iOS")
+    x, y, centre = reports.norm_to_abs(200), reports.norm_to_abs(300), reports.norm_to_abs(500)
+    nodes = [rig.live.input_node("keyboard"), rig.live.input_node("pointer")]
+    with open_inputs(nodes) as (kbd, mouse):
+        no_autorepeat(kbd)
+        await rig.backend.hid.write("keyboard", reports.keyboard(0, [keymap.key("a").usage]))
+        await rig.backend.hid.write("pointer", reports.mouse(reports.BUTTON_LEFT, x, y))
+        await until(
+            lambda: ecodes.KEY_A in kbd.active_keys() and ecodes.BTN_LEFT in mouse.active_keys(),
+            "KEY_A and BTN_LEFT down",
+        )
+        rig.backend.writers.close()  # the crash: its descriptors go, the gadget stays bound
+        again = BoardBackend(rig.backend.config, gadget=rig.backend.gadget)
+        try:
+            assert await again.start() is True  # nothing re-enumerated: the host kept its state
+            engine = InputEngine(again.hid, again.profiles, rig.cfg, "ios")
+            assert await engine.release_everything() == ["keyboard", "consumer", "pointer"]
+            await until(
+                lambda: kbd.active_keys() == [] and mouse.active_keys() == [], "every key up"
+            )
+            at = (mouse.absinfo(ecodes.ABS_X).value, mouse.absinfo(ecodes.ABS_Y).value)
+            assert at == (centre, centre)  # nothing known of where it was: the centre
+            await engine.close()
+        finally:
+            await again.close()
 
 
 # --- typing throughput -----------------------------------------------------------------------

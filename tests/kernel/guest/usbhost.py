@@ -54,6 +54,9 @@ SLOWNESS = float(os.environ.get("FINGERTIP_VM_SLOWNESS") or _slowness())
 # Generous, and scaled by SLOWNESS: these only bound failures, nothing waits for them to pass.
 ENUMERATION_TIMEOUT = 30.0 * SLOWNESS
 EVENT_TIMEOUT = 10.0 * SLOWNESS
+# The engine's write limit for tests that stream long programs: TCG under load takes a
+# program several times its length (the config's own bound is 60 s).
+WRITE_LIMIT_MS = min(60_000.0, 10_000.0 * SLOWNESS)
 PROGRESS_CAP = 10  # a stream still arriving is waited for this many times a wait's timeout
 
 USB_DEVICES = Path("/sys/bus/usb/devices")

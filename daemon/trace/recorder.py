@@ -120,6 +120,11 @@ class Recorder:
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
         self._thread: threading.Thread | None = None
         self.ready = False  # the database exists and is migrated: readers may open it
+        # Set once `ready` is decided either way: a reader right after the daemon's start (the
+        # writer thread still opening the file) waits for it instead of finding no history.
+        self._settled = threading.Event()
+        if self.disabled_reason:
+            self._settled.set()
 
     # -- on the event loop ------------------------------------------------------------------
 
@@ -165,6 +170,12 @@ class Recorder:
 
     # -- on the writer thread -----------------------------------------------------------------
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether readers may open the database, once the writer has opened it (or failed to);
+        blocking, at most `timeout`: call it in a thread."""
+        self._settled.wait(timeout)
+        return self.ready
+
     def _run(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +185,8 @@ class Recorder:
         except (OSError, sqlite3.Error) as exc:
             self._disable(exc)
             return
+        finally:
+            self._settled.set()
         last_age_prune = 0.0
         try:
             while True:

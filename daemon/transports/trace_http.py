@@ -37,6 +37,9 @@ from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
 from daemon.wire import DATA_STATUS, WireError, error_body, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"
+# How long a read just after the daemon's start waits for the writer to open the database
+# (a migration of a large file on an SD card takes a while; a loaded machine too).
+READY_WAIT_S = 30.0
 
 
 async def _json_off_loop(doc: Any) -> web.Response:
@@ -100,7 +103,7 @@ class TraceApi:
 
     async def _read(self, fn: Any, *args: Any) -> Any:
         def run() -> Any:
-            if not self.recorder.ready:  # not yet created (or never: recording is off)
+            if not self.recorder.wait_ready(READY_WAIT_S):  # not created (recording is off)
                 return None
             try:
                 conn = store.open_reader(self.recorder.path)

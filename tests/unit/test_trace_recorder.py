@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +76,37 @@ def test_a_writer_fault_turns_recording_off_and_says_why(
         assert rec._queue.qsize() == 0
     finally:
         rec.stop()
+
+
+def test_readers_wait_for_the_writer_to_open_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the daemon's start the writer may still be opening (migrating) the file: a
+    reader waits for that instead of finding no history; a writer that fails answers at once."""
+    opening = threading.Event()
+    real_open = store.open_writer
+
+    def slow_open(path: Path) -> Any:
+        opening.wait(15)
+        return real_open(path)
+
+    monkeypatch.setattr(store, "open_writer", slow_open)
+    rec = _recorder(tmp_path)
+    rec.start()
+    try:
+        assert rec.wait_ready(0.05) is False  # still opening
+        opening.set()
+        assert rec.wait_ready(15) is True
+    finally:
+        rec.stop()
+
+    def failing_open(path: Path) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "open_writer", failing_open)
+    broken = _recorder(tmp_path / "other")
+    broken.start()
+    began = time.monotonic()
+    assert broken.wait_ready(15) is False
+    assert time.monotonic() - began < 10  # answered when the open failed, not at the bound
+    assert "disk I/O error" in broken.status()["reason"]

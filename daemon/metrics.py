@@ -48,9 +48,8 @@ from gadget.errors import GadgetError
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# /metrics is a read: it needs what a read tool needs (no token off loopback, the HTTP guard's
-# discovery and execution on), and Host and Origin are checked by the security middleware.
-POLICY = "read"
+# Who may scrape is Caller.admit (open like a read tool: no token off loopback, nothing while
+# the HTTP guard is disabled); Host and Origin are checked by the security middleware.
 # A tool name the catalog does not know (a typo, a hostile client) is counted under this one
 # label value: every distinct name sent would otherwise grow the series without bound.
 UNKNOWN_TOOL = "_unknown"

@@ -34,7 +34,8 @@ from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
-from daemon.wire import DATA_STATUS, WireError, error_body, iso_utc, loads
+from daemon.transports.http import data_error
+from daemon.wire import WireError, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"
 # How long a read just after the daemon's start waits for the writer to open the database
@@ -47,10 +48,6 @@ async def _json_off_loop(doc: Any) -> web.Response:
     to 64 KiB each) or a record's images would hold the event loop, and with it HID deadlines."""
     text = await asyncio.to_thread(json.dumps, doc)
     return web.Response(text=text, content_type="application/json")
-
-
-def _fail(error: ToolError) -> web.Response:
-    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
 
 def _bad(message: str) -> ToolError:
@@ -121,7 +118,7 @@ class TraceApi:
             guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=100, max_limit=1000)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         rows = await self._read(store.select, f) or []
         doc = {
             "count": len(rows),
@@ -134,7 +131,7 @@ class TraceApi:
         try:
             guard = self._caller(request).effective
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         inv_id = request.match_info["id"]
 
         def both(conn: Any) -> tuple[Any, list[store.Image]]:
@@ -142,7 +139,7 @@ class TraceApi:
 
         found = await self._read(both)
         if found is None or found[0] is None:
-            return _fail(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
+            return data_error(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
         record, imgs = found
         record = self._shown(record, guard)
         record["images"] = [
@@ -162,7 +159,7 @@ class TraceApi:
             guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         f = store.Filter(**{**f.__dict__, "oldest_first": True})
 
         def archive(conn: Any) -> bytes:
@@ -205,7 +202,7 @@ class TraceApi:
                 raise _bad(f"body is not valid JSON: {exc}") from None
             f, checkpoints, threshold = self._replay_request(doc)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
 
         def load(conn: Any) -> list[Step]:
             records = store.select(conn, f)
@@ -223,9 +220,9 @@ class TraceApi:
         try:
             steps = await self._read(load)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         if not steps:
-            return _fail(ToolError("trace_not_found", "no recorded invocation to replay"))
+            return data_error(ToolError("trace_not_found", "no recorded invocation to replay"))
         report = await replay(
             self.catalog,
             self.screen,

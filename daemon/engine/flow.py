@@ -39,7 +39,7 @@ from daemon.errors import ToolError
 from daemon.evidence import note
 from gadget import reports
 from gadget.errors import GadgetError
-from gadget.profiles import FULL, ISOLATED
+from gadget.profiles import FULL, ISOLATED, has_role
 
 log = structlog.get_logger("daemon.engine")
 
@@ -351,7 +351,7 @@ class InputEngine:
         """All-up on every role the live profile has, whatever this engine believes held: at
         a start that inherits the host's state (a crashed daemon may have left keys down) and
         at stop. A mouse goes up where it was last sent, the centre if nothing was."""
-        live = [r for r in ROLES if not (r == "pointer" and self.profiles.profile == ISOLATED)]
+        live = [r for r in ROLES if has_role(self.profiles.profile, r)]
         self.held.suspect(live)
         return await self.release_all()
 

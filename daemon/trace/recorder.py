@@ -9,12 +9,14 @@ tool keeps working.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,21 +122,41 @@ class Recorder:
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
         self._thread: threading.Thread | None = None
         self.ready = False  # the database exists and is migrated: readers may open it
-        # Set once `ready` is decided either way: a reader right after the daemon's start (the
-        # writer thread still opening the file) waits for it instead of finding no history.
-        self._settled = threading.Event()
-        if self.disabled_reason:
-            self._settled.set()
+        # Done once `ready` is decided either way (made by start(), on the event loop): a reader
+        # right after the daemon's start, the writer still opening the file, awaits it instead
+        # of finding no history, and holds no thread meanwhile.
+        self._settled: asyncio.Future[None] | None = None
 
     # -- on the event loop ------------------------------------------------------------------
 
     def start(self) -> None:
         if self.disabled_reason:
             return
+        loop = asyncio.get_running_loop()
+        settled = self._settled = loop.create_future()
+
+        def done() -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        def settle() -> None:  # called from the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(done)
+
         catalog_observers = self.catalog.observers
         catalog_observers.append(self.observe)
-        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(settle,), name="trace-writer", daemon=True
+        )
         self._thread.start()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Whether readers may open the database, once the writer has opened it (or failed to),
+        waiting at most `timeout`."""
+        if self._settled is not None and not self._settled.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._settled), timeout)
+        return self.ready
 
     def observe(self, inv: Invocation) -> None:
         if self.disabled_reason:
@@ -170,13 +192,7 @@ class Recorder:
 
     # -- on the writer thread -----------------------------------------------------------------
 
-    def wait_ready(self, timeout: float) -> bool:
-        """Whether readers may open the database, once the writer has opened it (or failed to);
-        blocking, at most `timeout`: call it in a thread."""
-        self._settled.wait(timeout)
-        return self.ready
-
-    def _run(self) -> None:
+    def _run(self, settle: Callable[[], None]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = store.open_writer(self.path)
@@ -186,7 +202,7 @@ class Recorder:
             self._disable(exc)
             return
         finally:
-            self._settled.set()
+            settle()
         last_age_prune = 0.0
         try:
             while True:

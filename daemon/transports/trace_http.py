@@ -99,9 +99,10 @@ class TraceApi:
         return record
 
     async def _read(self, fn: Any, *args: Any) -> Any:
+        if not await self.recorder.wait_ready(READY_WAIT_S):  # not created (recording is off)
+            return None
+
         def run() -> Any:
-            if not self.recorder.wait_ready(READY_WAIT_S):  # not created (recording is off)
-                return None
             try:
                 conn = store.open_reader(self.recorder.path)
             except FileNotFoundError:

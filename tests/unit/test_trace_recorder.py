@@ -35,7 +35,7 @@ def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> None:
+async def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> None:
     """A frame that cannot be encoded loses its own record (counted), not the writer."""
     rec = _recorder(tmp_path)
     rec.start()
@@ -56,7 +56,7 @@ def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> No
     assert sorted(ids) == [f"{2:032x}", f"{3:032x}"]
 
 
-def test_a_writer_fault_turns_recording_off_and_says_why(
+async def test_a_writer_fault_turns_recording_off_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Any fault of the writer itself, not only the file's, ends recording visibly."""
@@ -78,7 +78,7 @@ def test_a_writer_fault_turns_recording_off_and_says_why(
         rec.stop()
 
 
-def test_readers_wait_for_the_writer_to_open_the_database(
+async def test_readers_wait_for_the_writer_to_open_the_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Right after the daemon's start the writer may still be opening (migrating) the file: a
@@ -94,9 +94,9 @@ def test_readers_wait_for_the_writer_to_open_the_database(
     rec = _recorder(tmp_path)
     rec.start()
     try:
-        assert rec.wait_ready(0.05) is False  # still opening
+        assert await rec.wait_ready(0.05) is False  # still opening
         opening.set()
-        assert rec.wait_ready(15) is True
+        assert await rec.wait_ready(15) is True
     finally:
         rec.stop()
 
@@ -107,6 +107,6 @@ def test_readers_wait_for_the_writer_to_open_the_database(
     broken = _recorder(tmp_path / "other")
     broken.start()
     began = time.monotonic()
-    assert broken.wait_ready(15) is False
+    assert await broken.wait_ready(15) is False
     assert time.monotonic() - began < 10  # answered when the open failed, not at the bound
     assert "disk I/O error" in broken.status()["reason"]

@@ -886,39 +886,48 @@ class Catalog:
     ) -> None:
         duration_ms = round((time.monotonic() - started) * 1000, 1)
         extra = {"client_gone": True, **fields} if client_gone else fields
-        log.info(
-            "tool_invocation",
-            tool=name,
-            transport=ctx.transport,
-            duration_ms=duration_ms,
-            outcome=outcome,
-            error_code=code,
+        line = {
+            "tool": name,
+            "transport": ctx.transport,
+            "duration_ms": duration_ms,
+            "outcome": outcome,
+            "error_code": code,
             **extra,
-        )
-        if not self.observers:
+        }
+        seen = None
+        if self.observers:
+            if isinstance(args, Deferred | RawText):  # refused before its body was read
+                args = None
+            seen = Invocation(
+                ctx.invocation_id,
+                name,
+                ctx.transport,
+                ctx.client,
+                args,
+                called_at,
+                duration_ms,
+                outcome,
+                code,
+                result,
+                client_gone,
+                ctx.token_id,
+                tuple(ctx.evidence),
+            )
+        # Written after the reply: the transport encodes and sends its answer in this same
+        # loop step, so the caller's latency does not carry the log line and the observers
+        # (about half of a quick call's time). Nothing can see the difference: the callback
+        # runs in the next loop iteration, before any later request is read off a socket.
+        asyncio.get_running_loop().call_soon(self._emit, line, seen)
+
+    def _emit(self, line: dict[str, Any], seen: Invocation | None) -> None:
+        log.info("tool_invocation", **line)
+        if seen is None:
             return
-        if isinstance(args, Deferred | RawText):  # refused before its body was read
-            args = None
-        seen = Invocation(
-            ctx.invocation_id,
-            name,
-            ctx.transport,
-            ctx.client,
-            args,
-            called_at,
-            duration_ms,
-            outcome,
-            code,
-            result,
-            client_gone,
-            ctx.token_id,
-            tuple(ctx.evidence),
-        )
         for observer in self.observers:
             try:
                 observer(seen)
             except Exception:  # an observer's fault never reaches the caller
-                log.exception("invocation_observer_failed", tool=name)
+                log.exception("invocation_observer_failed", tool=seen.tool)
 
 
 def in_process(guard: Guard, model_facing: bool = False) -> Caller:

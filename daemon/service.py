@@ -3,7 +3,6 @@ stop gracefully (HID invocations finish or are cut, everything released, full pr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -21,7 +20,7 @@ from daemon import VERSION, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
-from daemon.config import Config, ConfigError, load
+from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.runtime import Runtime
@@ -246,23 +245,8 @@ async def serve(config: Config) -> None:
     await daemon.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fingertipd", description=__doc__)
-    parser.add_argument(
-        "--config", type=Path, help="config file (default /etc/fingertip/fingertip.toml)"
-    )
-    parser.add_argument("--check", action="store_true", help="validate the config and exit")
-    args = parser.parse_args(argv)
-    try:
-        config = load(args.config)
-    except ConfigError as exc:
-        print(f"fingertipd: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        for key, use in config.retired:
-            print(f"fingertipd: {config.source}: {key} is retired and ignored; use {use}")
-        print(f"fingertipd: {config.source}: ok")
-        return 0
+def run(config: Config) -> int:
+    """Serve until SIGTERM; the exit status (fingertipd's command line is daemon.__main__)."""
     configure_logging(config.log.level, config.log.format)
     try:
         asyncio.run(serve(config))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -17,3 +19,20 @@ def test_the_board_config_file_states_the_code_defaults() -> None:
     assert loaded.server.listen == ["127.0.0.1", "192.168.42.1"]
     server = dataclasses.replace(loaded.server, listen=Config().server.listen)
     assert dataclasses.replace(loaded, server=server, source=Config().source) == Config()
+
+
+def test_the_config_check_loads_the_config_alone() -> None:
+    """`fingertipd --check` runs before every deploy's restart: on a slow board the daemon's
+    own imports (aiohttp, NumPy, OpenCV) would take half a minute."""
+    probe = (
+        "import sys\n"
+        "from daemon.__main__ import main\n"
+        f"assert main(['--check', '--config', {str(BOARD_FILE)!r}]) == 0\n"
+        "heavy = sorted({'daemon.service', 'aiohttp', 'cv2', 'numpy'} & set(sys.modules))\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"fingertipd: {BOARD_FILE}: ok"

@@ -10,7 +10,6 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog

@@ -46,6 +46,9 @@ print("libc=" + " ".join(platform.libc_ver()))'
     if [ -d $BASE/wheels ]; then
         for w in $BASE/wheels/*.whl; do [ -e "$w" ] && echo "wheel=$(basename "$w")"; done
     fi
+    for mark in $BASE/deps/*/.complete; do
+        [ -e "$mark" ] && echo "deps=$(basename "$(dirname "$mark")")"
+    done
     return 0
 }
 
@@ -63,7 +66,9 @@ ensure_user() {
 # Third-party packages live in deps/<id> (id: the manifest's hash), shared by every release
 # built on the same wheels; a release is a small venv with the fingertip wheel and a .pth line
 # pointing at its deps. So a deploy that changes only Fingertip installs one wheel (seconds),
-# and a second deploy of the same build installs nothing.
+# and a second deploy of the same build installs nothing. The deploying machine installs the
+# deps into deps-<id>.tar.gz, which is only unpacked here: pip on a small board spent minutes
+# unzipping, hashing and byte-compiling them.
 pip_run() { # PYTHON pip-args...: the shipped pip wheel, run from the wheel itself
     python=$1
     shift
@@ -75,13 +80,18 @@ make_deps() {
     deps_id=$(sha256sum <"$INCOMING/manifest" | cut -c1-12)
     deps=$BASE/deps/$deps_id
     [ -f "$deps/.complete" ] && return 0
+    bundle=$INCOMING/deps-$deps_id.tar.gz
+    [ -f "$bundle" ] || fail "the third-party packages for deps/$deps_id were not sent"
     rm -rf "$deps"
-    say "installing the third-party wheels into deps/$deps_id (once per set of wheels)"
-    grep -q '^pip-' "$INCOMING/manifest" || fail "the wheelhouse has no pip wheel"
-    grep -v '^pip-' "$INCOMING/manifest" | sed "s|^|$BASE/wheels/|" >"$INCOMING/deps.list"
-    # One argument per wheel file (wheel names have no spaces).
-    pip_run python3 install --no-deps --target "$deps/site-packages" $(cat "$INCOMING/deps.list") ||
-        fail "installing the wheels into $deps failed"
+    say "unpacking the third-party packages into deps/$deps_id (once per set of wheels)"
+    mkdir -p "$deps"
+    tar -xzf "$bundle" -C "$deps" || fail "unpacking $bundle failed (disk full?)"
+    tag=$(python3 -c 'import sys; print(sys.implementation.cache_tag)')
+    if [ "$(cat "$deps/compiled-for")" != "$tag" ]; then
+        say "byte-compiling them for $tag (the deploying machine has another Python)"
+        python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "$deps/site-packages" \
+            >/dev/null || fail "byte-compiling $deps failed"
+    fi
     touch "$deps/.complete"
 }
 
@@ -170,9 +180,9 @@ install_release() {
     if [ -d "$INCOMING/wheels" ]; then
         find "$INCOMING/wheels" -name '*.whl' -exec mv -f {} $BASE/wheels/ \;
     fi
-    while read -r wheel; do
-        [ -e "$BASE/wheels/$wheel" ] || fail "wheel $wheel missing on the board"
-    done <"$INCOMING/manifest"
+    pip_wheel=$(grep '^pip-' "$INCOMING/manifest" | head -n 1)
+    [ -n "$pip_wheel" ] || fail "the wheelhouse has no pip wheel"
+    [ -e "$BASE/wheels/$pip_wheel" ] || fail "wheel $pip_wheel missing on the board"
     make_release "$release"
     check=$CONFIG
     [ -e $CONFIG ] || check="$dir/share/fingertip.toml"

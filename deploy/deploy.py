@@ -3,12 +3,14 @@
 deploy: one ssh connection (ControlMaster, reused by every step), ask the board for its CPU,
 Python and C library, build the fingertip wheel and a wheelhouse of binary wheels for exactly
 that platform here (the board needs no internet, and the versions are the ones this clone's
-venv was tested with), send what the board lacks, and let deploy/board.sh install it as a new
-release next to the running one: venv, units, udev rule, network file, config only when
-missing; switch, restart, roll back when the new release does not start. Then the daemon's
-health check over the network (through the ssh connection, to the daemon's loopback port) and
-one line with the version and the address. Every step prints one line; the first failure stops
-with a clear message, and the previous version stays running.
+venv was tested with), install the third-party ones here into one archive the board only
+unpacks (pip on a small board spends minutes unzipping, hashing and byte-compiling), send what
+the board lacks, and let deploy/board.sh install it as a new release next to the running one:
+venv, units, udev rule, network file, config only when missing; switch, restart, roll back
+when the new release does not start. Then the daemon's health check over the network (through
+the ssh connection, to the daemon's loopback port) and one line with the version and the
+address. Every step prints one line; the first failure stops with a clear message, and the
+previous version stays running.
 
 Only the standard library: it runs with the clone's venv but needs nothing from it but pip.
 """
@@ -73,18 +75,22 @@ class BoardFacts:
     libc: tuple[str, tuple[int, int]]  # ("glibc", (2, 36))
     current: str | None  # release running now
     wheels: frozenset[str] = field(default_factory=frozenset)  # already on the board
+    deps: frozenset[str] = field(default_factory=frozenset)  # deps/<id> complete on the board
 
 
 def parse_probe(text: str) -> BoardFacts:
     """`key=value` lines from board.sh probe; DeployError naming what the board lacks."""
     values: dict[str, str] = {}
     wheels: set[str] = set()
+    deps: set[str] = set()
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
             continue
         if key == "wheel":
             wheels.add(value)
+        elif key == "deps":
+            deps.add(value)
         else:
             values[key] = value
     if values.get("systemd") != "yes":
@@ -112,6 +118,7 @@ def parse_probe(text: str) -> BoardFacts:
         libc=(libc_name, (int(m.group(1)), int(m.group(2)))),
         current=values.get("current") or None,
         wheels=frozenset(wheels),
+        deps=frozenset(deps),
     )
 
 
@@ -413,6 +420,57 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
     return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
 
 
+def deps_id(manifest: str) -> str:
+    """The name of a set of third-party wheels on the board, deps/<id> (board.sh derives the
+    same from the manifest it is sent: `sha256sum <manifest | cut -c1-12`)."""
+    return hashlib.sha256(manifest.encode()).hexdigest()[:12]
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def build_deps(wheels: Sequence[Path], facts: BoardFacts, out: Path, ident: str) -> Path:
+    """The board's third-party packages installed here, as deps-<id>.tar.gz: site-packages and
+    `compiled-for`, the bytecode's cache tag. pip installs for the board's platform and CPython
+    (wheels are only unpacked; nothing of the board's runs here). The bytecode is compiled here
+    when this Python is the board's minor version, else left to the board; either way
+    unchecked-hash pycs: deps/<id> never changes once unpacked, so imports never stat a source.
+    Kept in `out` for the next board of the same platform (a rack deploys one build to many)."""
+    same_python = sys.version_info[:2] == facts.python
+    tag = sys.implementation.cache_tag if same_python else ""
+    bundle = out / f"deps-{ident}{'-' + tag if tag else ''}.tar.gz"
+    if bundle.is_file():
+        return bundle
+    shutil.rmtree(out, ignore_errors=True)  # the newest set only
+    tree = out / "tree"
+    site = tree / "site-packages"
+    _pip(
+        "install", "--quiet", "--no-deps", "--no-index", "--no-compile", "--target", str(site),
+        *pip_download_args(facts), *map(str, wheels),
+        what=f"installing the wheels for {facts.arch} / CPython "
+        f"{'.'.join(map(str, facts.python))} here",
+    )  # fmt: skip
+    if same_python:
+        compiled = subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode",
+             "unchecked-hash", str(site)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if compiled.returncode != 0:
+            raise DeployError(f"byte-compiling the board's packages failed:\n{compiled.stdout}")
+    (tree / "compiled-for").write_text(f"{tag}\n")
+    partial = out / "bundle.part"
+    with tarfile.open(partial, "w:gz") as tar:
+        for child in sorted(tree.iterdir()):
+            tar.add(child, arcname=child.name, filter=_root_owned)
+    partial.rename(bundle)  # last: a bundle cut short is never reused
+    shutil.rmtree(tree)
+    return bundle
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -427,9 +485,7 @@ def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
     try:
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
             for name, path in sorted(files.items()):
-                info = tar.gettarinfo(str(path), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
+                info = _root_owned(tar.gettarinfo(str(path), arcname=name))
                 with path.open("rb") as fh:
                     tar.addfile(info, fh)
         proc.stdin.close()
@@ -515,11 +571,20 @@ def deploy(args: argparse.Namespace) -> int:
         release = release_id(version, digests)
         manifest = BUILD / "manifest"
         manifest.write_text("".join(f"{w.name}\n" for w in wheels))
+        ident = deps_id(manifest.read_text())
         files: dict[str, Path] = {"manifest": manifest, f"dist/{wheel.name}": wheel, **share}
-        missing = [w for w in wheels if w.name not in facts.wheels]
-        files.update({f"wheels/{w.name}": w for w in missing})
+        # The board keeps pip's wheel (it installs each release's fingertip wheel) and gets
+        # everything else installed already, once per set of wheels.
+        pip = [w for w in wheels if w.name.startswith("pip-")]
+        files.update({f"wheels/{w.name}": w for w in pip if w.name not in facts.wheels})
+        if ident in facts.deps:
+            packages = f"the third-party packages are there (deps/{ident})"
+        else:
+            others = [w for w in wheels if w not in pip]
+            files[f"deps-{ident}.tar.gz"] = build_deps(others, facts, BUILD / "deps", ident)
+            packages = f"the third-party packages for deps/{ident}"
         size = sum(p.stat().st_size for p in files.values()) / 1e6
-        step(5, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
+        step(5, f"sending {len(files)} files, {size:.1f} MB ({packages})")
         send(ssh, files)
         step(6, f"installing release {release} and restarting fingertip.service")
         out = ssh.board_script(

@@ -10,6 +10,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +41,7 @@ libc=glibc 2.36
 current=0.1.0-0123456789ab
 wheel=numpy-2.2.6-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl
 wheel=structlog-25.1.0-py3-none-any.whl
+deps=0123456789ab
 """
 
 
@@ -51,6 +53,7 @@ def test_probe_of_a_usual_board() -> None:
     assert facts.current == "0.1.0-0123456789ab"
     assert facts.uid == 0
     assert "structlog-25.1.0-py3-none-any.whl" in facts.wheels and len(facts.wheels) == 2
+    assert facts.deps == {"0123456789ab"}
 
 
 @pytest.mark.parametrize(
@@ -277,3 +280,68 @@ def test_the_wheel_holds_only_what_the_tree_holds(tmp_path: Path) -> None:
         names = zf.namelist()
     assert "daemon/service.py" in names
     assert "daemon/left_over_from_an_old_build.py" not in names
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A real (pure Python) wheel pip installs: the bundle test needs no package index."""
+    meta = "tiny-1.0.dist-info"
+    files = {
+        "tiny/__init__.py": b"ANSWER = 42\n",
+        f"{meta}/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n",
+        f"{meta}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    files[f"{meta}/RECORD"] = "".join(f"{n},,\n" for n in [*files, f"{meta}/RECORD"]).encode()
+    return _wheel(folder / "tiny-1.0-py3-none-any.whl", files, (2020, 1, 1, 0, 0, 0))
+
+
+def _bundle_members(bundle: Path) -> dict[str, bytes]:
+    with tarfile.open(bundle) as tar:
+        out = {}
+        for m in tar.getmembers():
+            assert m.uid == 0 and m.gid == 0, m.name
+            if m.isfile():
+                fh = tar.extractfile(m)
+                assert fh is not None
+                out[m.name] = fh.read()
+        return out
+
+
+def test_the_boards_packages_are_installed_here_and_compiled_for_its_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = _tiny_wheel(tmp_path)
+    mine = ".".join(map(str, sys.version_info[:2]))
+    facts = deploy.parse_probe(PROBE.replace("python=3.11.2", f"python={mine}.0"))
+    out = tmp_path / "deps"
+    bundle = deploy.build_deps([tiny], facts, out, "0123456789ab")
+    members = _bundle_members(bundle)
+    tag = sys.implementation.cache_tag
+    assert members["compiled-for"] == f"{tag}\n".encode()
+    assert members["site-packages/tiny/__init__.py"] == b"ANSWER = 42\n"
+    pyc = members[f"site-packages/tiny/__pycache__/__init__.{tag}.pyc"]
+    # PEP 552 flags: hash-based, source not checked (deps/<id> never changes once unpacked).
+    assert int.from_bytes(pyc[4:8], "little") == 0b01
+    # The same set again is the same file, without pip.
+    monkeypatch.setattr(deploy, "_pip", lambda *a, **k: pytest.fail("pip ran again"))
+    assert deploy.build_deps([tiny], facts, out, "0123456789ab") == bundle
+
+
+def test_a_board_with_another_python_gets_its_packages_uncompiled(tmp_path: Path) -> None:
+    tiny = _tiny_wheel(tmp_path)
+    other = (3, 12) if sys.version_info[:2] != (3, 12) else (3, 13)
+    facts = deploy.parse_probe(PROBE.replace("python=3.11.2", f"python={other[0]}.{other[1]}.1"))
+    members = _bundle_members(deploy.build_deps([tiny], facts, tmp_path / "deps", "ab"))
+    assert members["compiled-for"] == b"\n"  # board.sh compiles them there
+    assert "site-packages/tiny/__init__.py" in members
+    assert not [name for name in members if name.endswith(".pyc")]
+
+
+def test_the_deps_id_is_the_one_board_sh_derives() -> None:
+    manifest = "pip-25.0-py3-none-any.whl\nnumpy-2.2.6-cp311-cp311-manylinux_2_17_aarch64.whl\n"
+    done = subprocess.run(
+        ["sh", "-c", "sha256sum | cut -c1-12"], input=manifest, capture_output=True, text=True
+    )
+    assert deploy.deps_id(manifest) == done.stdout.strip()
+    board_sh = deploy.BOARD_SCRIPT.read_text()
+    assert 'deps_id=$(sha256sum <"$INCOMING/manifest" | cut -c1-12)' in board_sh

@@ -94,3 +94,66 @@ def test_the_fast_path_is_taken(fast: None, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(wire, "_orjson_loads", spy)
     assert wire.loads('{"input":{}}') == {"input": {}}
     assert calls == [b'{"input":{}}']
+
+
+# What a reply may carry, and more: big ints, every float (tiny ones too), lone surrogates.
+reply_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(min_value=-1e-3, max_value=1e-3)
+    | st.text(st.characters(exclude_categories=())),  # lone surrogates too
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(exclude_categories=())), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def written(value: Any) -> tuple[str, str]:
+    """(orjson first, json alone) for one compact encoder; wire is left as it was."""
+    saved = wire._orjson_loads, wire._orjson_dumps
+    encode = wire.encoder(ensure_ascii=False, separators=(",", ":"))
+    try:
+        wire.use_orjson()
+        fast = encode(value)
+        wire._orjson_dumps = None
+        return fast, encode(value)
+    finally:
+        wire._orjson_loads, wire._orjson_dumps = saved
+
+
+@given(reply_values)
+@example(9.99e-05)
+@example(1e-07)
+@example([1e-07, -1e-05, 0.0001, 1e16, 5e-324, 1.7976931348623157e308, -0.0])
+@example({"\ud800": "\udfff x"})
+@example([2**70, {"a": "0.00001 in a string"}])
+def test_every_reply_is_written_byte_for_byte_as_json_writes_it(value: Any) -> None:
+    fast, slow = written(value)
+    assert fast == slow
+
+
+def test_a_non_string_key_is_written_as_json_writes_it() -> None:
+    assert written({1: 2, "b": [True]}) == ('{"1":2,"b":[true]}', '{"1":2,"b":[true]}')
+
+
+def test_replies_are_written_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+
+    def spy(value: Any) -> bytes:
+        calls.append(value)
+        return orjson.dumps(value)
+
+    saved = wire._orjson_loads, wire._orjson_dumps
+    try:
+        wire.use_orjson()
+        monkeypatch.setattr(wire, "_orjson_dumps", spy)
+        assert wire.dumps({"ok": 0.5, "n": None}) == '{"ok":0.5,"n":null}'
+        assert calls == [{"ok": 0.5, "n": None}]
+        # Other layouts (MCP's indented-free default separators) stay json's.
+        assert wire.encoder(ensure_ascii=False)({"a": 1}) == '{"a": 1}' and len(calls) == 1
+    finally:
+        wire._orjson_loads, wire._orjson_dumps = saved

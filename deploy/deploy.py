@@ -369,8 +369,10 @@ def build_wheel(out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     # setuptools builds in the tree and copies into build/lib over what an earlier build left
-    # there: a module since moved or deleted (daemon/tools/input.py) would ship again.
-    shutil.rmtree(PROJECT / "build", ignore_errors=True)
+    # there: a module since moved or deleted (daemon/tools/input.py) would ship again. Only its
+    # folders go: build/deploy keeps the wheelhouse and the board packages for the next deploy.
+    for left in [PROJECT / "build" / "lib", *(PROJECT / "build").glob("bdist.*")]:
+        shutil.rmtree(left, ignore_errors=True)
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(PROJECT), what="pip wheel")
     (wheel,) = out.glob("fingertip-*.whl")
     return wheel

@@ -275,7 +275,15 @@ def test_the_wheel_holds_only_what_the_tree_holds(tmp_path: Path) -> None:
     stale = deploy.PROJECT / "build" / "lib" / "daemon" / "left_over_from_an_old_build.py"
     stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_text("raise SystemExit('stale')\n")
-    wheel = deploy.build_wheel(tmp_path / "dist")
+    # What deploy keeps for the next deploy (the wheelhouse, the board packages) stays.
+    kept = deploy.BUILD / "kept-by-test_the_wheel_holds_only_what_the_tree_holds"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text("x")
+    try:
+        wheel = deploy.build_wheel(tmp_path / "dist")
+        assert kept.is_file()
+    finally:
+        kept.unlink(missing_ok=True)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
     assert "daemon/service.py" in names

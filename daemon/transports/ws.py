@@ -72,12 +72,9 @@ SCREENSHOT, VISUAL_TREE = "screenshot", "visualTree"
 # Peers accept these spellings of visualTree; evidence is keyed by the spelling asked for.
 EVIDENCE_NAMES = {SCREENSHOT: SCREENSHOT, VISUAL_TREE: VISUAL_TREE}
 EVIDENCE_NAMES |= {"tree": VISUAL_TREE, "visual_tree": VISUAL_TREE}
-NO_VISUAL_TREE = ToolError(
-    "visual_tree_unavailable",
-    "this board sees the target only through screen capture: it has no UI tree; use "
-    "screenshot evidence instead",
-    retryable=False,
-)
+# The visual tree is the screen_text tool's result (on-device OCR of the frame), called through
+# the catalog with visualTreeArguments as its arguments, so guards and availability apply.
+VISUAL_TREE_TOOL = "screen_text"
 
 
 def call_schema(screenshot_args: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +106,7 @@ class After:
     include: tuple[str, ...]  # as spelled by the host, duplicates removed
     delay_ms: int
     shot: ShotOptions
+    tree_args: dict[str, Any] = field(default_factory=dict)  # screen_text's arguments
 
 
 @dataclass(frozen=True)
@@ -269,6 +267,7 @@ class WsTransport:
                     scale=shot.get("scale"),
                     fmt=shot.get("format", "jpeg"),
                 ),
+                tree_args=a.get("visualTreeArguments", {}),
             )
         arguments = p.get("arguments", {})
         if not isinstance(arguments, dict):  # the contract: arguments must be a JSON object
@@ -315,7 +314,7 @@ class WsTransport:
             result = self.deliver(result, req, outcome.transfers)
         outcome.item["result"] = result
         if req.after is not None:
-            evidence = await self.evidence(req, outcome.transfers)
+            evidence = await self.evidence(req, outcome.transfers, session)
             if evidence:
                 outcome.item["evidence"] = evidence
         return outcome
@@ -332,7 +331,9 @@ class WsTransport:
         transfers.append(Transfer(transfer_id, data, req.chunk_bytes))
         return announced
 
-    async def evidence(self, req: CallRequest, transfers: list[Transfer]) -> dict[str, Any]:
+    async def evidence(
+        self, req: CallRequest, transfers: list[Transfer], session: Session
+    ) -> dict[str, Any]:
         """Post-call evidence. A failed capture is reported inside the evidence; the call
         itself has succeeded and stays a success."""
         assert req.after is not None
@@ -341,10 +342,20 @@ class WsTransport:
         out: dict[str, Any] = {}
         for name in req.after.include:
             if EVIDENCE_NAMES[name] == VISUAL_TREE:
-                out[name] = failure(None, NO_VISUAL_TREE).item
+                out[name] = await self.visual_tree_evidence(req, session)
             elif req.tool_id != SCREENSHOT:  # a screenshot call's result is its own evidence
                 out[name] = await self.screenshot_evidence(req, transfers)
         return out
+
+    async def visual_tree_evidence(self, req: CallRequest, session: Session) -> dict[str, Any]:
+        assert req.after is not None
+        ctx = CallContext("ws", client=session.remote)
+        done = await self.catalog.call(
+            VISUAL_TREE_TOOL, req.after.tree_args, guard=session.guard, ctx=ctx
+        )
+        if done.error is not None:
+            return failure(VISUAL_TREE_TOOL, done.error).item
+        return {"toolId": VISUAL_TREE_TOOL, "success": True, "result": done.result}
 
     async def screenshot_evidence(
         self, req: CallRequest, transfers: list[Transfer]

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from daemon.sim.layout import make_layout
 from tests.service.daemonproc import DaemonProcess
 from tests.service.test_input_tools import Make, call, ok, start, state, tools_by_name
+from tests.service.test_mcp import mcp_client, text_json
 
 
 def inside(point: dict[str, float], rect: Any) -> bool:
@@ -142,3 +145,16 @@ async def test_a_broken_engine_is_listed_unavailable(make_daemon: Make, tmp_path
         assert e["code"] == "tool_unavailable" and e["details"]["code"] == "ocr_engine_failed"
     finally:
         d.kill()
+
+
+async def test_mcp_and_the_skill_bundle_teach_the_text_tools(make_daemon: Make) -> None:
+    d = start(make_daemon)
+    async with mcp_client(d.base) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert {"screen_text", "find_text", "tap_text"} <= set(listed)
+        assert "query" in listed["tap_text"].input_schema["properties"]
+        found = text_json(await client.call_tool("find_text", {"query": "Mail"}))
+        assert found["matches"][0]["text"] == "Mail"
+    async with aiohttp.ClientSession() as s, s.get(f"{d.base}/api/tool-skills") as r:
+        skill = await r.text()
+    assert "## tap_text" in skill and "stale_snapshot" in skill and "screen_text" in skill

@@ -421,12 +421,19 @@ async def test_after_evidence(daemon: DaemonProcess) -> None:
         )
         assert image.shape[1] == shot["result"]["width"] == 120
         assert shot["result"]["format"] == "png"
-        for key in ("visualTree", "tree"):
-            assert evidence[key]["success"] is False
-            assert evidence[key]["error"]["code"] == "visual_tree_unavailable"
-        # No include: the peers' default, the visual tree (honestly absent here).
-        default = ok(await host.call("health_check", {}, after={}))
+        for key in ("visualTree", "tree"):  # the on-device OCR of the frame (screen_text)
+            tree = evidence[key]
+            assert tree["success"] is True and tree["toolId"] == "screen_text", tree
+            assert "Settings" in {e["text"] for e in tree["result"]["elements"]}
+        # No include: the peers' default, the visual tree; visualTreeArguments are screen_text's.
+        region = {"x0": 0, "y0": 0, "x1": 1000, "y1": 200}
+        after = {"visualTreeArguments": {"region": region, "min_confidence": 0.8}}
+        default = ok(await host.call("health_check", {}, after=after))
         assert list(default["evidence"]) == ["visualTree"]
+        elements = default["evidence"]["visualTree"]["result"]["elements"]
+        assert elements and all(e["center"]["y"] <= 200 for e in elements)
+        bad = ok(await host.call("health_check", {}, after={"visualTreeArguments": {"x": 1}}))
+        assert bad["evidence"]["visualTree"]["error"]["code"] == "tool_arguments_invalid"
         # A screenshot's result is its own screenshot evidence.
         own = ok(await host.call("screenshot", {}, after={"include": ["screenshot"]}))
         assert "evidence" not in own and own["result"]["format"] == "jpeg"

@@ -299,6 +299,8 @@ def tools(rt: Runtime) -> list[ToolSpec]:
     def available() -> Availability:
         return ocr_availability(rt)
 
+    # The first call loads the engine; a small board's CPU may need well over the default.
+    limit = 120.0
     tree_note = (
         " Text is read from the screen by on-device OCR (the first call loads the engine, "
         "about a second; a full frame takes up to about a second more)."
@@ -320,6 +322,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             example_input={},
             availability=available,
             keywords=("ocr", "text", "read", "visual tree", "elements"),
+            timeout_s=limit,
         ),
         ToolSpec(
             name="find_text",
@@ -337,6 +340,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             example_input={"query": "Settings"},
             availability=available,
             keywords=("ocr", "search", "locate", "text"),
+            timeout_s=limit,
         ),
         ToolSpec(
             name="tap_text",
@@ -356,5 +360,6 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             availability=available,
             keywords=("tap", "click", "press", "text", "button", "ocr"),
             evidence=True,
+            timeout_s=limit + 60,
         ),
     ]

@@ -243,6 +243,15 @@ def test_3_tools_api_over_usb_ecm(
     assert (frame.shape[1], frame.shape[0]) == (shot["width"], shot["height"])
     assert float(frame.std()) > 10, "a flat frame: not vivid's test pattern"
 
+    # On-device OCR over the same link: a well-formed visual tree of vivid's frame (its OSD
+    # prints text lines over the test pattern).
+    tree = tool_output(phone(board, "call", "screen_text", json.dumps({"input": {}})))
+    assert (tree["frame"]["width"], tree["frame"]["height"]) == (shot["width"], shot["height"])
+    assert tree["snapshot_id"].startswith(f"f{tree['frame']['seq']}-"), tree["snapshot_id"]
+    line_ids = {ln["id"] for ln in tree["lines"]}
+    assert all(e["line"] in line_ids for e in tree["elements"]), tree
+    assert tree["elements"], f"no text read from vivid's OSD: {tree}"
+
     # A tap at (250, 750) of 1000: the absolute mouse moves there, then clicks.
     since = recorder.mark()
     tap = {"input": {"type": "tap", "point": {"x": 250, "y": 750}}}

@@ -1,0 +1,147 @@
+"""On-device OCR: speed and memory (not part of the test suite; prints, never asserts).
+
+In-process, with the real engine on one onnxruntime thread:
+- RSS of this process before the engine is touched (Ocr() made: must add nothing), after the
+  engine loads, and after the first 1080x1920 read;
+- a full 1080x1920 frame (two sim screens, one varied-font frame): median of runs, beside a
+  baseline of the same run (a JPEG encode of the same frame, the daemon's cheapest screen work)
+  so the ratio says how it moves with the machine; target <= 1.5 s;
+- find_text's work on a cached reading (tree + match + the same-screen check): target <= 5 ms.
+Against the real daemon (simulated target, HTTP):
+- find_text with a snapshot_id (cached) beside health_check;
+- tap_text end to end beside screen_text + a touch_gesture tap of the same point (target:
+  tap_text <= OCR + tap + the usual stability wait).
+Run: .venv/bin/python tests/bench/bench_ocr.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import cv2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from daemon.frames import Frame
+from daemon.screen.ocr import Ocr, Reading
+from daemon.screen.visual_tree import Tree, find
+from daemon.tools.text import same_screen
+from tests.ocr_screens import sim_screens, varied_screens
+from tests.service.daemonproc import DaemonProcess
+
+RUNS = 5
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def median_ms(fn: Any, n: int) -> float:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def in_process() -> None:
+    before = rss_mb()
+    ocr = Ocr()
+    made = rss_mb()
+    engine = ocr._load()
+    loaded = rss_mb()
+    screens = [s for s in sim_screens() if s.name in ("ios Notes with text", "android Settings")]
+    screens.append(next(iter(varied_screens())))
+    engine.read(screens[0].image)
+    first = rss_mb()
+    print(f"RSS: {before:.0f} MB before; Ocr() made +{made - before:.1f} MB (engine not loaded)")
+    print(
+        f"     engine loaded +{loaded - made:.0f} MB in {ocr.load_ms} ms; after the first "
+        f"1080x1920 read +{first - made:.0f} MB"
+    )
+    for s in screens:
+        ocr_ms = median_ms(lambda s=s: engine.read(s.image), RUNS)
+        jpeg_ms = median_ms(lambda s=s: cv2.imencode(".jpg", s.image), RUNS * 4)
+        print(
+            f"full frame {s.image.shape[1]}x{s.image.shape[0]} {s.name!r}: OCR {ocr_ms:.0f} ms "
+            f"(target <= 1500), JPEG encode {jpeg_ms:.1f} ms, ratio {ocr_ms / jpeg_ms:.0f}x"
+        )
+    s = screens[0]
+    frame = Frame(s.image, 1, time.monotonic(), time.time())
+    reading = Reading(frame, tuple(engine.read(s.image)), 0)
+    later = dataclasses.replace(frame, seq=2)
+
+    def find_cached() -> None:
+        same_screen(frame, later)
+        find(Tree.of(reading, None, 0.5), "Notes row 3", "contains")
+
+    print(
+        f"find_text on a cached reading (same-screen check + tree + match): "
+        f"{median_ms(find_cached, 50):.2f} ms (target <= 5), the match alone "
+        f"{median_ms(lambda: find(Tree.of(reading), 'row 3'), 200):.3f} ms"
+    )
+
+
+async def post(s: aiohttp.ClientSession, d: DaemonProcess, tool: str, args: Any) -> Any:
+    async with s.post(f"{d.base}/api/tools/{tool}", json={"input": args}) as r:
+        body = await r.json()
+    assert body["is_error"] is False, body
+    return json.loads(body["output"])
+
+
+async def against_daemon() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = DaemonProcess(Path(tmp), {"device": {"device_type": "iOS"}}).start()
+        try:
+            async with aiohttp.ClientSession() as s:
+                await post(s, d, "open_app", {"name": "Notes"})
+                tree = await post(s, d, "screen_text", {})
+                snap = tree["snapshot_id"]
+                args = {"query": "Notes row 3", "snapshot_id": snap}
+
+                async def timed(tool: str, a: Any, n: int) -> float:
+                    start = time.perf_counter()
+                    for _ in range(n):
+                        await post(s, d, tool, a)
+                    return (time.perf_counter() - start) * 1000 / n
+
+                base = await timed("health_check", {}, 20)
+                cached = await timed("find_text", args, 20)
+                print(
+                    f"daemon: find_text with a cached snapshot {cached:.1f} ms per call, "
+                    f"health_check {base:.1f} ms, ratio {cached / base:.2f}"
+                )
+                row = next(ln for ln in tree["lines"] if ln["text"] == "Notes row 3")
+                taps, split = [], []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    await post(s, d, "tap_text", {"query": "Notes row 3"})
+                    taps.append((time.perf_counter() - start) * 1000)
+                    start = time.perf_counter()
+                    await post(s, d, "screen_text", {})
+                    await post(s, d, "touch_gesture", {"type": "tap", "point": row["center"]})
+                    split.append((time.perf_counter() - start) * 1000)
+                t, sp = statistics.median(taps), statistics.median(split)
+                print(
+                    f"daemon: tap_text end to end {t:.0f} ms; screen_text + touch_gesture tap "
+                    f"(with its stability wait) {sp:.0f} ms; ratio {t / sp:.2f} (target <= 1)"
+                )
+        finally:
+            d.stop()
+
+
+if __name__ == "__main__":
+    in_process()
+    asyncio.run(against_daemon())

@@ -13,7 +13,6 @@ import re
 from typing import Any
 
 import cv2
-import numpy as np
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
 from daemon.engine import Session, engine_for
@@ -150,23 +149,22 @@ TAP_RESULT = {
     },
 }
 
-# A screen "still shows" a snapshot when, on a quarter-size grey image, no more than this share
-# of pixels moved by more than PIXEL_DELTA grey levels (capture noise stays under both).
+# A screen "still shows" a snapshot when no more than this share of its pixels moved by more
+# than PIXEL_DELTA grey levels (capture noise stays under both; one changed word does not).
 PIXEL_DELTA = 40
 CHANGED_SHARE = 0.0005
 
 
 def same_screen(a: Frame, b: Frame) -> bool:
-    """Whether two frames show the same screen, text included (blocking: call in a thread)."""
+    """Whether two frames show the same screen, text included (blocking: call in a thread).
+    Full resolution: one absdiff is cheaper than downscaling two frames (~2.5 ms at 1080p)."""
     if a.seq == b.seq:
         return True
     if a.image.shape != b.image.shape:
         return False
-    small = (max(1, a.width // 4), max(1, a.height // 4))
-    ga = cv2.resize(cv2.cvtColor(a.image, cv2.COLOR_BGR2GRAY), small, interpolation=cv2.INTER_AREA)
-    gb = cv2.resize(cv2.cvtColor(b.image, cv2.COLOR_BGR2GRAY), small, interpolation=cv2.INTER_AREA)
-    moved = np.count_nonzero(cv2.absdiff(ga, gb) > PIXEL_DELTA)
-    return bool(moved <= CHANGED_SHARE * ga.size)
+    grey = cv2.cvtColor(cv2.absdiff(a.image, b.image), cv2.COLOR_BGR2GRAY)
+    _, moved = cv2.threshold(grey, PIXEL_DELTA, 255, cv2.THRESH_BINARY)
+    return bool(cv2.countNonZero(moved) <= CHANGED_SHARE * grey.size)
 
 
 def ocr_for(rt: Runtime) -> Ocr:

@@ -294,7 +294,9 @@ async def test_availability_only_and_unchanged_replies(daemon: DaemonProcess) ->
         ]
         assert moved["revision"] == rev and moved["unchanged"] is True
         assert moved["availabilityRevision"] != avail
-        assert sorted(moved["changes"]) == ["screenshot", "wait_for_stable_screen"]
+        # the text tools read the screen, so they go with the capture too
+        screen_tools = ["find_text", "screen_text", "screenshot", "tap_text"]
+        assert sorted(moved["changes"]) == [*screen_tools, "wait_for_stable_screen"]
         change = moved["changes"]["screenshot"]
         assert change["available"] is False and change["code"] == "capture_unavailable"
         assert change["retryable"] is True and change["remediation"]
@@ -302,7 +304,7 @@ async def test_availability_only_and_unchanged_replies(daemon: DaemonProcess) ->
         index = await host.query(detail="index")
         assert index["availabilityRevision"] == moved["availabilityRevision"]
         marked = {t["id"] for t in index["tools"] if t.get("executable") is False}
-        assert marked == {"screenshot", "wait_for_stable_screen"}
+        assert marked == {*screen_tools, "wait_for_stable_screen"}
         runnable = await host.query(detail="index", executableOnly=True)
         assert not marked & {t["id"] for t in runnable["tools"]}
         # Availability is evaluated again right before execution.

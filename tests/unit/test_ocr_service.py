@@ -1,0 +1,67 @@
+"""The OCR service with the real engine: lazy load, one shared run per frame, the bounded queue,
+and matching over a real reading."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from daemon.errors import ToolError
+from daemon.frames import Frame
+from daemon.screen import ocr as ocr_mod
+from daemon.screen.ocr import Ocr
+from daemon.screen.visual_tree import Tree, find
+from tests.ocr_screens import sim_screens
+
+pytestmark = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
+
+
+def frame(image: np.ndarray, seq: int) -> Frame:
+    return Frame(image, seq, time.monotonic(), time.time())
+
+
+def test_making_the_service_loads_nothing() -> None:
+    service = Ocr()
+    assert not service.loaded and service._pool is None
+    assert ocr_mod.engine_installed()  # found without importing it
+    if "rapidocr" not in sys.modules:  # another test may have loaded it in this process
+        assert "onnxruntime" not in sys.modules
+
+
+async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> None:
+    service = Ocr()
+    notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
+    f = frame(notes.image, 7)
+    a, b = await asyncio.gather(service.read(f), service.read(f))
+    assert a is b and service.cached(7) is a
+    assert any(line.text == "Notes row 3" for line in a.lines)
+    # distinct tiny frames: one runs, MAX_QUEUED wait, the next is refused at once
+    blank = np.full((64, 64, 3), 255, np.uint8)
+    tasks = [asyncio.ensure_future(service.read(frame(blank, 100 + i))) for i in range(6)]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, ToolError)]
+    assert [r.code for r in refused] == ["ocr_busy"] and refused[0].retryable
+    service.close()
+
+
+async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> None:
+    service = Ocr()
+    notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
+    reading = await service.read(frame(notes.image, 1))
+    tree = Tree.of(reading)
+    found = find(tree, "notes row 1")  # row 1 and rows 10..19 (contains, any case)
+    assert found[0]["line_text"] == "Notes row 1" and found[0]["whole_line"] is True
+    assert all(not m["whole_line"] for m in found[1:]) and len(found) > 1
+    typed = find(tree, "Anna at", "exact")
+    assert len(typed) == 1 and typed[0]["line_text"].startswith("Meet Anna")
+    drawn = {w.text: w.box for w in notes.words}
+    x0, y0, x1, y1 = drawn["Anna"][0], drawn["Anna"][1], drawn["at"][2], drawn["at"][3]
+    px = typed[0]["box"]
+    cx, cy = (px["x0"] + px["x1"]) / 2, (px["y0"] + px["y1"]) / 2
+    assert x0 <= cx <= x1 and y0 <= cy <= y1
+    assert find(tree, "anna", "exact") == []  # exact is case-sensitive
+    service.close()

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from aiohttp.web import BaseRequest
+
+from daemon.catalog import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
-from daemon.errors import ToolError
+from daemon.invocations import CALLER_HEADER, caller_label
 
 TOKEN_FILE = "pairing-token"
 
@@ -45,12 +48,17 @@ class Client:
 
     authenticated: bool
     max_policy: str | None = None
+    token_id: str = ""  # "pairing" or "client-N" (N = its place in [auth].client_tokens)
 
 
 class Auth:
     def __init__(self, config: Config, pairing_token: str):
         self._tokens: list[tuple[str, str | None]] = [(pairing_token, None)]
         self._tokens += [(t["token"], t["max_policy"]) for t in config.auth.client_tokens]
+        # How a token is named in the flight recorder: never the secret, never a hash of it.
+        self._token_ids = ["pairing"] + [
+            f"client-{n}" for n in range(1, len(config.auth.client_tokens) + 1)
+        ]
         self.require_on_loopback = config.auth.require_on_loopback
         port = config.server.port
         names = {"localhost", "127.0.0.1", "[::1]", "::1"}
@@ -61,23 +69,37 @@ class Auth:
         presented = query_token
         if authorization and authorization.lower().startswith("bearer "):
             presented = authorization[7:].strip()
-        if presented:
-            for token, max_policy in self._tokens:
+        # A header aiohttp could not decode arrives surrogate-escaped: no token is like that.
+        if presented and presented.isascii():
+            for (token, max_policy), token_id in zip(self._tokens, self._token_ids, strict=True):
                 if hmac.compare_digest(presented.encode(), token.encode()):
-                    return Client(True, max_policy)
+                    return Client(True, max_policy, token_id)
         return Client(False)
 
-    def require_token_for(self, tool: str, policy: str, client: Client, remote: str | None) -> None:
-        """The network rule of every HTTP-borne transport: write and critical tools need the
-        pairing token on anything but loopback (or on loopback too, when configured)."""
-        if policy == "read" or client.authenticated:
-            return
-        if is_loopback(remote) and not self.require_on_loopback:
-            return
-        raise ToolError(
-            "auth_required",
-            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
-            "(the pairing token in the state folder)",
+    def caller(
+        self,
+        transport: str,
+        guard: Guard,
+        request: BaseRequest,
+        *,
+        query_token: bool = False,
+        kind: str | None = None,
+    ) -> Caller:
+        """The Caller of one request on the HTTP port: its token (header, or ?token= where the
+        transport takes it), its max policy, and whether this connection needs a token for
+        write tools. `kind` names its row of catalog.CALLER_KINDS (default: the transport)."""
+        token = request.query.get("token") if query_token else None
+        client = self.client(request.headers.get("Authorization"), token)
+        remote = request.remote
+        return Caller(
+            transport,
+            guard,
+            peer=caller_label(remote, request.headers.get(CALLER_HEADER)),
+            authenticated=client.authenticated,
+            token_id=client.token_id,
+            token_required=self.require_on_loopback or not is_loopback(remote),
+            max_policy=client.max_policy,
+            **CALLER_KINDS[kind or transport],
         )
 
     def host_allowed(self, host: str | None) -> bool:

@@ -9,10 +9,12 @@ the one log line per invocation.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,8 +22,10 @@ import fastjsonschema
 import jsonschema
 import structlog
 
+from daemon import evidence
 from daemon.errors import ToolError
-from daemon.wire import WireError, check
+from daemon.invocations import Running
+from daemon.wire import WireError, check, encoder, loads
 
 log = structlog.get_logger("daemon.catalog")
 
@@ -72,6 +76,109 @@ class Guard:
         }
 
 
+# model: the conversational catalog (agent exposure only); diagnostic: what a person or a test
+# harness may inspect (HTTP diagnostics too). Internal tools are for no audience.
+Audience = Literal["model", "diagnostic"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls, as its transport read it from its own wire (Auth.caller for the HTTP port).
+    From it the catalog alone decides, once, what this caller sees and may run."""
+
+    transport: str
+    guard: Guard  # the transport's [guard] preset, before the client's token lowers it
+    audience: Audience = "diagnostic"
+    peer: str = ""
+    authenticated: bool = False
+    # Write and critical tools need a valid token on this connection (off loopback, or on
+    # loopback too with [auth].require_on_loopback); False for the local socket and in-process.
+    token_required: bool = False
+    max_policy: str | None = None  # the client token's maxToolPolicy
+    other_platforms: bool = False  # tools of other targets stay listed, marked unavailable
+    one_shot: bool = False  # no agent run to end: terminating tools are not for it
+    # A text-mode tool's arguments arrive flattened to strings (the WS flattened-string form).
+    flattened_text: bool = False
+    token_id: str = ""  # which token authenticated it (auth.Client.token_id), never the token
+    effective: Guard = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effective", self.guard.lowered(self.max_policy))
+
+    def check_token(self, tool: str, policy: str) -> None:
+        """The network rule: write and critical tools need the pairing (or a client) token
+        wherever this connection requires one."""
+        if policy == "read" or self.authenticated or not self.token_required:
+            return
+        raise ToolError(
+            "auth_required",
+            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
+            "(the pairing token in the state folder)",
+        )
+
+    def admit(self, what: str, *, private: bool = False) -> None:
+        """The rule for the port's routes that are data, not tools (the live stream and
+        snapshot, the flight recorder, /metrics): open where this caller's guard is, and when
+        `private` (a phone's screen, its audit trail) only with the token wherever a write tool
+        needs one."""
+        if private and self.token_required and not self.authenticated:
+            raise ToolError(
+                "auth_required",
+                f"{what} needs 'Authorization: Bearer <token>' on this connection "
+                "(the pairing token in the state folder)",
+            )
+        if not (self.effective.discovery_enabled and self.effective.execution_enabled):
+            raise ToolError(
+                "tool_execution_denied", f"{what}: the {self.transport} guard is disabled"
+            )
+
+
+# What kind of caller each transport is, as Caller's keyword arguments: the one table of who
+# sees what. The HTTP tools API (and its OpenAPI description) is for people and test harnesses;
+# MCP and the skill bundle are a model's view of this target; a WebSocket host sees the model's
+# tools of every platform (another target's marked unavailable) and sends text tools' arguments
+# flattened; the IPC socket serves one-shot processes, which have no agent run to end.
+CALLER_KINDS: dict[str, dict[str, Any]] = {
+    "http": {"audience": "diagnostic", "other_platforms": True},
+    "skills": {"audience": "model"},
+    "mcp": {"audience": "model"},
+    "ws": {"audience": "model", "other_platforms": True, "flattened_text": True},
+    "ipc": {"audience": "model", "one_shot": True},
+}
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Arguments a transport decodes only once the catalog knows the tool and admitted the
+    caller, so a bad body never hides "no such tool" or "needs a token". `decode` raises
+    ToolError for a wire problem."""
+
+    decode: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class RawText:
+    """Arguments sent as text: a text-mode tool takes it as its input, a json tool parses it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AfterCall:
+    """Post-call evidence asked with a call: after `delay_ms`, the screenshot tool run with
+    `screenshot` as its arguments and/or the visual tree tool with `tree` as its (None: not
+    asked), inside the same invocation (inside the HID flow for HID tools), so it shows this
+    call's end state and no one else's action."""
+
+    screenshot: dict[str, Any] | None
+    delay_ms: int = 0
+    tree: dict[str, Any] | None = None
+
+
+EVIDENCE_TOOL = "screenshot"
+TREE_TOOL = "screen_text"  # the visual tree: on-device OCR of the frame (daemon.tools.text)
+
+
 @dataclass(frozen=True)
 class Availability:
     available: bool = True
@@ -112,7 +219,9 @@ SCREEN_NOT_SETTLED = (
     "but may not show the final state"
 )
 
-Handler = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
+# A handler gets its arguments validated, with the schema's defaults filled in, and built into
+# its spec's `args_type` when it has one (else the filled dict).
+Handler = Callable[[Any, "CallContext"], Awaitable[Any]]
 SchemaFor = Callable[[str], dict[str, Any]]
 
 
@@ -130,6 +239,9 @@ class ToolSpec:
     )
     result_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     example_input: Any = field(default_factory=dict)
+    # Builds the handler's typed argument object from the filled arguments (`args_type(**args)`,
+    # e.g. a dataclass per tool); None hands the handler the filled dict.
+    args_type: Callable[..., Any] | None = None
     input_mode: InputMode = "json"
     title: str = ""
     platforms: frozenset[str] | None = None  # None = portable
@@ -176,6 +288,30 @@ class CallContext:
     client: str = ""
     started_at: float = field(default_factory=time.monotonic)
     detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
+    invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    token_id: str = ""  # which token authenticated the caller (auth.Client.token_id), never it
+    # What the tool noted about itself for observers (daemon.evidence.note): ("before" or
+    # "after", Frame), ("released", [...]), ("profile_switches", [...]).
+    evidence: list[tuple[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished invocation, as observers (flight recorder, metrics) see it."""
+
+    id: str  # uuid4 hex, assigned when the call starts (CallContext.invocation_id)
+    tool: str
+    transport: str
+    client: str  # peer address as the transport knows it
+    args: Any  # the arguments as received (before redaction)
+    started_at: float  # time.time() at start
+    duration_ms: float
+    outcome: str  # "ok" | "error" | "cancelled"
+    error_code: str | None
+    result: Any = None
+    client_gone: bool = False
+    token_id: str = ""
+    evidence: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,10 +323,20 @@ class Outcome:
     error: ToolError | None
     duration_ms: int
     called_at: float  # time.time()
+    evidence: Outcome | None = None  # the AfterCall screenshot's own outcome, when asked
+    tree: Outcome | None = None  # the AfterCall visual tree's own outcome, when asked
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def unknown(self) -> bool:
+        """The caller named no tool it may see (the lookup failed, nothing ran)."""
+        return self.tool.handler is _no_handler
+
+
+_flat = encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _compact(value: Any) -> str:
@@ -258,6 +404,56 @@ def schema_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     return out
 
 
+def with_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """`value` (valid against `schema`) with every absent property whose schema states a
+    `default` filled in, in nested objects and array items too, and every whole-number float
+    where the schema asks for an integer made an int (JSON Schema counts 2.0 as an integer; a
+    handler gets the int it was promised). A new value: the caller's is never changed. The
+    schema's `default` is thus the one statement of each argument default."""
+    if type(value) is float:
+        if value.is_integer() and any(_says_integer(b) for b in _branches(schema)):
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        out = dict(value)
+        for branch in _branches(schema):
+            props = branch.get("properties")
+            if not isinstance(props, dict):
+                continue
+            for key, sub in props.items():
+                if not isinstance(sub, dict):
+                    continue
+                if key in out:
+                    out[key] = with_defaults(sub, out[key])
+                elif branch is schema and "default" in sub:
+                    out[key] = copy.deepcopy(sub["default"])
+        return out
+    if isinstance(value, list):
+        items = [b["items"] for b in _branches(schema) if isinstance(b.get("items"), dict)]
+        for sub in items:
+            value = [with_defaults(sub, v) for v in value]
+    return value
+
+
+def _branches(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """`schema` and the subschemas that may apply with it (allOf, anyOf, oneOf, then, else)."""
+    yield schema
+    for key in ("allOf", "anyOf", "oneOf"):
+        subs = schema.get(key)
+        for sub in subs if isinstance(subs, list) else ():
+            if isinstance(sub, dict):
+                yield from _branches(sub)
+    for key in ("then", "else"):
+        sub = schema.get(key)
+        if isinstance(sub, dict):
+            yield from _branches(sub)
+
+
+def _says_integer(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
+
+
 def validation_error(
     errors: list[dict[str, str]], what: str = "arguments", code: str | None = None
 ) -> ToolError:
@@ -290,6 +486,9 @@ class Catalog:
         self._specs: dict[str, ToolSpec] = {}
         self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
+        # Told of every finished invocation; each must be cheap and never block (hand off).
+        self.observers: list[Callable[[Invocation], None]] = []
+        self.running = Running()  # what executes now (the Tool Lab's "driving" badge)
         for spec in specs:
             self.register(spec)
 
@@ -313,27 +512,53 @@ class Catalog:
 
     def tools(
         self,
-        guard: Guard,
+        caller: Caller | Guard,
         *,
         model_facing: bool = False,
         exclude: Iterable[str] = (),
     ) -> list[ToolSpec]:
-        """The tools a caller under `guard` may see, sorted by name.
+        """The tools `caller` may see, sorted by name: exactly those it may call (or be refused
+        only by its guard's policy at call time, never as unknown).
 
-        model_facing=True is the platform-filtered conversational catalog; otherwise platform
-        specific tools stay listed (for the Tool Lab and manual diagnostics).
+        A bare Guard is an in-process caller: model_facing=True is then the platform-filtered
+        conversational catalog, otherwise every tool but the internal ones.
         """
+        who = caller if isinstance(caller, Caller) else in_process(caller, model_facing)
+        guard = who.effective
         if not guard.discovery_enabled:
             return []
         skip = set(exclude)
-        out = []
-        for spec in sorted(self._specs.values(), key=lambda s: s.name):
-            if spec.exposure == "internal" or spec.name in skip or not guard.permits(spec.policy):
-                continue
-            if model_facing and (spec.exposure != "agent" or not self.runs_here(spec)):
-                continue
-            out.append(spec)
-        return out
+        return [
+            spec
+            for spec in sorted(self._specs.values(), key=lambda s: s.name)
+            if spec.name not in skip
+            and guard.permits(spec.policy)
+            and self._hidden(spec, who) is None
+        ]
+
+    def _hidden(self, spec: ToolSpec, caller: Caller) -> str | None:
+        """Why `caller` may neither see nor call `spec` (None: it may): the one visibility rule
+        of every transport (exposure, audience, platform, terminating)."""
+        if spec.exposure == "internal" or (caller.audience == "model" and spec.exposure != "agent"):
+            return f"no tool named {spec.name!r}"
+        if not caller.other_platforms and not self.runs_here(spec):
+            return f"{spec.name} does not run on device_type {self.platform}"
+        if caller.one_shot and spec.terminating:
+            return (
+                f"{spec.name} only makes sense inside an agent run; it is not exposed over "
+                f"{caller.transport.upper()}"
+            )
+        return None
+
+    def lookup(self, name: str, caller: Caller) -> ToolSpec:
+        """The tool `caller` names, if it may see it; else tool_not_found."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ToolError("tool_not_found", f"no tool named {name!r}", details={"tool": name})
+        reason = self._hidden(spec, caller)
+        if reason is not None:
+            raise ToolError("tool_not_found", reason, details={"tool": name})
+        return spec
 
     def runs_here(self, spec: ToolSpec) -> bool:
         return spec.platforms is None or self.platform in spec.platforms
@@ -381,7 +606,8 @@ class Catalog:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def validate_arguments(self, spec: ToolSpec, args: Any) -> None:
+    def validate_arguments(self, spec: ToolSpec, args: Any) -> Any:
+        """Check `args` and return what the handler gets: defaults filled, typed if it asks."""
         try:  # the edge rule again, for any caller that skipped it: NaN passes every bound
             check(args)
         except WireError as exc:
@@ -390,44 +616,109 @@ class Catalog:
             ) from None
         if spec.precheck is not None:
             spec.precheck(args)
-        errors = schema_errors(self.args_schema(spec), args)
+        schema = self.args_schema(spec)
+        errors = schema_errors(schema, args)
         if errors:
             raise validation_error(errors)
+        filled = with_defaults(schema, args)
+        return spec.args_type(**filled) if spec.args_type is not None else filled
 
-    async def call(self, name: str, args: Any, *, guard: Guard, ctx: CallContext) -> Outcome:
-        """Run one tool: lookup, guard, availability, validation, execution, result check.
+    async def call(
+        self,
+        name: str,
+        args: Any,
+        caller: Caller | None = None,
+        *,
+        after: AfterCall | None = None,
+        guard: Guard | None = None,
+        ctx: CallContext | None = None,
+    ) -> Outcome:
+        """Run one tool for `caller`: visibility, token rule, text mode, guard, availability,
+        validation, execution, result check, and the evidence asked `after` it.
 
-        Never raises for tool problems: the Outcome carries the ToolError. HID tools run in a
-        task of their own, shielded from the caller: once accepted they finish (or hit the
-        server-side limit) even when the client goes away.
+        Without a caller, an in-process one under `guard`. Never raises for tool problems: the
+        Outcome carries the ToolError. HID tools run in a task of their own, shielded from the
+        caller: once accepted they finish (or hit the server-side limit) even when the client
+        goes away.
         """
         called_at = time.time()
         started = time.monotonic()
+        if caller is None:
+            caller = in_process(guard or Guard.preset("full-access"))
+        if ctx is None:
+            ctx = CallContext(caller.transport, client=caller.peer, token_id=caller.token_id)
         spec: ToolSpec | None = None
         result: Any = None
         error: ToolError | None = None
+        shot: dict[str, Outcome] = {}
+        token = evidence.noted.set(ctx.evidence)
         try:
-            spec = self.get(name)
-            result = await self._checked_call(spec, args, guard, ctx)
+            spec = self.lookup(name, caller)
+            caller.check_token(name, spec.policy)
+            args = self._arguments(spec, args, caller)
+            result = await self._checked_call(spec, args, caller.effective, ctx, after, shot)
         except ToolError as exc:
             error = exc
         except asyncio.CancelledError:
             task = ctx.detached
             if task is not None and not task.done():
                 # The client left; the HID invocation goes on and is logged once, at its end.
-                task.add_done_callback(lambda t: self._log_detached(name, started, t, ctx))
+                task.add_done_callback(
+                    lambda t: self._log_detached(name, started, t, ctx, args, called_at)
+                )
             else:
-                self._log(name, started, "cancelled", "client_gone", ctx)
+                self._log(name, started, "cancelled", "client_gone", ctx, args, called_at)
             raise
         except Exception as exc:
             log.exception("tool_exception", tool=name)
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
+        finally:
+            evidence.noted.reset(token)
         code = error.code if error else None
-        self._log(name, started, "ok" if error is None else "error", code, ctx)
+        taken = shot.get(EVIDENCE_TOOL) if error is None else None
+        tree = shot.get(TREE_TOOL) if error is None else None
+        extra: dict[str, Any] = {}
+        if after is not None and after.screenshot is not None:
+            extra["evidence"] = _evidence_word(taken)
+        if after is not None and after.tree is not None:
+            extra["tree_evidence"] = _evidence_word(tree)
+        outcome = "ok" if error is None else "error"
+        self._log(name, started, outcome, code, ctx, args, called_at, result, **extra)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
-        return Outcome(dummy, result, error, int((time.monotonic() - started) * 1000), called_at)
+        ms = int((time.monotonic() - started) * 1000)
+        return Outcome(dummy, result, error, ms, called_at, taken, tree)
 
-    async def _checked_call(self, spec: ToolSpec, args: Any, guard: Guard, ctx: CallContext) -> Any:
+    def _arguments(self, spec: ToolSpec, args: Any, caller: Caller) -> Any:
+        """The arguments as the tool takes them, however the caller's wire carried them."""
+        if isinstance(args, Deferred):
+            args = args.decode()
+        if isinstance(args, RawText):
+            if spec.input_mode == "text":
+                return {"input": args.text}
+            try:
+                return loads(args.text) if args.text.strip() else {}
+            except WireError as exc:
+                raise ToolError(
+                    "tool_call_payload_invalid",
+                    f"raw_input is not valid JSON for this json tool: {exc}",
+                ) from None
+        if spec.input_mode != "text":
+            return args
+        if isinstance(args, str):  # a text tool's plain input
+            return {"input": args}
+        if caller.flattened_text and isinstance(args, dict):
+            return flatten_arguments(args)
+        return args
+
+    async def _checked_call(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        guard: Guard,
+        ctx: CallContext,
+        after: AfterCall | None = None,
+        shot: dict[str, Outcome] | None = None,
+    ) -> Any:
         if not guard.execution_enabled:
             raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
         if not guard.permits(spec.policy):
@@ -441,13 +732,13 @@ class Catalog:
         avail = self.availability(spec)
         if not avail.available:
             raise avail.to_error(spec.name)
-        self.validate_arguments(spec, args)
+        args = self.validate_arguments(spec, args)
+        run = self._with_evidence(spec, args, ctx, after, shot) if after is not None else None
         if spec.hid:
-            result = await self._run_detached(spec, args, ctx)
+            result = await self._run_detached(spec, args, ctx, run)
         else:
-            result = await self._run_with_limit(
-                spec, args, ctx, spec.timeout_s or self.tool_timeout_s
-            )
+            limit = spec.timeout_s or self.tool_timeout_s
+            result = await self._run_with_limit(spec, args, ctx, limit, run)
         errors = schema_errors(spec.result_schema, result)
         try:  # a reply never carries NaN, Infinity or a string it cannot encode
             check(result)
@@ -458,20 +749,98 @@ class Catalog:
             raise validation_error(errors, "result")
         return result
 
+    def _with_evidence(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        after: AfterCall,
+        shot: dict[str, Outcome] | None,
+    ) -> Callable[[], Awaitable[Any]]:
+        """The handler, then the evidence: taken by the HID flow as the invocation ends (see
+        daemon.evidence), else right after the handler, in the same task either way."""
+        out = shot if shot is not None else {}
+
+        async def take() -> None:
+            if after.delay_ms:
+                await asyncio.sleep(after.delay_ms / 1000)
+            if after.screenshot is not None:
+                out[EVIDENCE_TOOL] = await self._evidence_call(EVIDENCE_TOOL, after.screenshot, ctx)
+            if after.tree is not None:
+                out[TREE_TOOL] = await self._evidence_call(TREE_TOOL, after.tree, ctx)
+
+        async def run() -> Any:
+            hook = evidence.InFlowHook(take)
+            token = evidence.current.set(hook)
+            try:
+                result = await spec.handler(args, ctx)
+            finally:
+                evidence.current.reset(token)
+            if not hook.taken:
+                await hook()
+            return result
+
+        return run
+
+    async def _evidence_call(self, tool: str, args: Any, ctx: CallContext) -> Outcome:
+        """An evidence tool's (screenshot, the visual tree) own checks and handler; a failure
+        is the evidence's, never the call's (the action already happened)."""
+        started, called_at = time.monotonic(), time.time()
+        result: Any = None
+        error: ToolError | None = None
+        spec = self._specs.get(tool)
+        try:
+            if spec is None:
+                raise ToolError("tool_not_found", f"no tool named {tool!r}")
+            avail = self.availability(spec)
+            if not avail.available:  # say why in the availability's own words
+                raise ToolError(
+                    avail.code or "tool_unavailable",
+                    avail.reason or f"{tool} is unavailable",
+                    retryable=avail.retryable,
+                )
+            tool_args = self.validate_arguments(spec, args)
+            result = await spec.handler(tool_args, ctx)
+            errors = schema_errors(spec.result_schema, result)
+            if errors:
+                raise validation_error(errors, "result")
+        except ToolError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("evidence_failed", tool=tool)
+            error = ToolError("tool_execution_exception", f"{tool} evidence failed: {exc!r}")
+        dummy = spec or ToolSpec(tool, "", "unknown", "read", _no_handler)
+        ms = int((time.monotonic() - started) * 1000)
+        return Outcome(dummy, result, error, ms, called_at)
+
     async def _run_with_limit(
-        self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext, limit: float
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        limit: float,
+        run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
+        running = self.running.enter(spec.name, ctx.transport, ctx.client)
         try:
             async with asyncio.timeout(limit):
-                return await spec.handler(args, ctx)
+                return await (run() if run is not None else spec.handler(args, ctx))
         except TimeoutError:
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None
+        finally:
+            self.running.leave(running)
 
-    async def _run_detached(self, spec: ToolSpec, args: dict[str, Any], ctx: CallContext) -> Any:
+    async def _run_detached(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: CallContext,
+        run: Callable[[], Awaitable[Any]] | None = None,
+    ) -> Any:
         limit = spec.timeout_s or self.hid_timeout_s
-        task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit))
+        task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit, run))
         ctx.detached = task
         self._detached.add(task)
         task.add_done_callback(self._detached.discard)
@@ -492,17 +861,26 @@ class Catalog:
         return len(still)
 
     def _log_detached(
-        self, name: str, started: float, task: asyncio.Task[Any], ctx: CallContext
+        self,
+        name: str,
+        started: float,
+        task: asyncio.Task[Any],
+        ctx: CallContext,
+        args: Any = None,
+        called_at: float = 0.0,
     ) -> None:
         code = None
+        result = None
         if task.cancelled():
             code = "tool_cancelled_at_shutdown"
         elif isinstance(exc := task.exception(), ToolError):
             code = exc.code
         elif exc is not None:
             code = "tool_execution_exception"
+        else:
+            result = task.result()
         outcome = "ok" if code is None else "error"
-        self._log(name, started, outcome, code, ctx, client_gone=True)
+        self._log(name, started, outcome, code, ctx, args, called_at, result, client_gone=True)
 
     def _log(
         self,
@@ -511,20 +889,74 @@ class Catalog:
         outcome: str,
         code: str | None,
         ctx: CallContext,
-        **extra: Any,
+        args: Any = None,
+        called_at: float = 0.0,
+        result: Any = None,
+        *,
+        client_gone: bool = False,
+        **fields: Any,
     ) -> None:
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        extra = {"client_gone": True, **fields} if client_gone else fields
         log.info(
             "tool_invocation",
             tool=name,
             transport=ctx.transport,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            duration_ms=duration_ms,
             outcome=outcome,
             error_code=code,
             **extra,
         )
+        if not self.observers:
+            return
+        if isinstance(args, Deferred | RawText):  # refused before its body was read
+            args = None
+        seen = Invocation(
+            ctx.invocation_id,
+            name,
+            ctx.transport,
+            ctx.client,
+            args,
+            called_at,
+            duration_ms,
+            outcome,
+            code,
+            result,
+            client_gone,
+            ctx.token_id,
+            tuple(ctx.evidence),
+        )
+        for observer in self.observers:
+            try:
+                observer(seen)
+            except Exception:  # an observer's fault never reaches the caller
+                log.exception("invocation_observer_failed", tool=name)
 
 
-async def _no_handler(args: dict[str, Any], ctx: CallContext) -> Any:
+def in_process(guard: Guard, model_facing: bool = False) -> Caller:
+    """The daemon itself (start-up counts, tests): trusted, every tool but the internal ones,
+    or with model_facing the platform-filtered conversational catalog."""
+    if model_facing:
+        return Caller("in-process", guard, "model", authenticated=True)
+    return Caller("in-process", guard, "diagnostic", authenticated=True, other_platforms=True)
+
+
+def flatten_arguments(arguments: Any) -> Any:
+    """What a flattened-string tool receives: every value a string (non-strings as compact
+    JSON, so true -> "true", 5 -> "5"), nulls dropped."""
+    if not isinstance(arguments, dict):
+        return arguments
+    return {k: v if isinstance(v, str) else _flat(v) for k, v in arguments.items() if v is not None}
+
+
+def _evidence_word(outcome: Outcome | None) -> str:
+    """The evidence in the invocation's one log line: ok, or its error code."""
+    if outcome is None:
+        return "none"
+    return "ok" if outcome.error is None else outcome.error.code
+
+
+async def _no_handler(args: Any, ctx: CallContext) -> Any:
     raise ToolError("tool_not_found", "no such tool")
 
 

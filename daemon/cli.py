@@ -19,12 +19,14 @@ import msgpack
 from daemon import wire
 
 DEFAULT_SOCKET = "/run/fingertip/ipc.sock"
+TRACE_DB = "/var/lib/fingertip/trace.db"
 STDIN_LIMIT = 1 << 20
 HEADER_BYTES = 4
 REPLY_LIMIT = 1 << 30  # a sanity bound on what the daemon may send back (screenshots are large)
 REQUEST_ID = 1
 
 REPLY_TYPES = ("catalog", "complete", "qualified", "rejected_document", "rejected")
+TRACE_TYPE = "trace"  # `fingertip trace`'s own reply, read from the database file
 FAILURES = (
     "INSTALLATION_STOPPED",
     "OBSERVATION_UNAVAILABLE",
@@ -45,6 +47,10 @@ commands:
                                effect READ for read tools, WRITE for write and critical ones
   fingertip call TOOL          one JSON object on stdin (at most 1 MiB of UTF-8) is TOOL's
                                arguments, e.g.  printf '{}' | fingertip call health_check
+  fingertip discover           browse DNS-SD (mDNS) for boards for --seconds (default 3) and
+                               print one JSON object per board: {name, host, addresses, port,
+                               txt}; --interface ADDR (repeatable) limits the browse to the
+                               interfaces with those addresses. Needs no daemon on this machine.
 
 Exactly one JSON object is printed on stdout, discriminated by "type":
   complete           {"document": the tool's result}
@@ -65,6 +71,12 @@ Exactly one JSON object is printed on stdout, discriminated by "type":
     OUT_OF_SCOPE             this user may not use the socket, or [guard].ipc denies the tool
     INVOCATION_FAILED        the tool crashed or hit the daemon's time limit
     INVALID_RESULT           the result broke its schema, or the reply was unreadable
+
+  fingertip trace              the flight recorder, newest first, read from its database
+                               (--db, $FINGERTIP_TRACE_DB, else /var/lib/fingertip/trace.db):
+                               {"type":"trace","count":N,"invocations":[...]}; filters --since
+                               --until (Unix seconds or ISO 8601) --tool --transport --outcome
+                               --limit; --id ID for one invocation
 
 Exit status: 0 whenever one reply was printed (whatever its type); 1 when stdout could not be
 written. --help exits 0.
@@ -93,9 +105,12 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, width=100)
 
 
+MAX_SECONDS = 86400.0  # a day: more is a typo, and inf or 1e308 overflows the clocks
+
+
 def _seconds(text: str) -> float:
     value = float(text)
-    if not value > 0:
+    if not 0 < value <= MAX_SECONDS:  # NaN fails this too
         raise ValueError(text)
     return value
 
@@ -114,12 +129,27 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds to wait for the reply (default: as long as the daemon's own limits)",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call,trace,discover}")
     sub.add_parser("catalog", help="list the tools", formatter_class=_formatter)
     call = sub.add_parser(
         "call", help="call TOOL with one JSON object from stdin", formatter_class=_formatter
     )
     call.add_argument("tool")
+    trace = sub.add_parser(
+        "trace",
+        help="read the flight recorder (the database file, not the socket)",
+        formatter_class=_formatter,
+    )
+    trace.add_argument("--db", help=f"the database (default $FINGERTIP_TRACE_DB, else {TRACE_DB})")
+    for name in ("since", "until", "tool", "transport", "outcome"):
+        trace.add_argument(f"--{name}")
+    trace.add_argument("--limit", default="100")
+    trace.add_argument("--id", help="one invocation, with the sizes of its images")
+    discover = sub.add_parser(
+        "discover", help="list the boards DNS-SD finds", formatter_class=_formatter
+    )
+    discover.add_argument("--seconds", type=_seconds, default=3.0, help="browse this long")
+    discover.add_argument("--interface", action="append", help="an address to browse on")
     return p
 
 
@@ -213,7 +243,45 @@ def checked_reply(message: dict[str, object]) -> dict[str, object]:
     return reply
 
 
+def read_trace(args: argparse.Namespace) -> dict[str, object]:
+    """`fingertip trace`: the flight recorder read straight from its file (read-only), so it
+    works when the daemon does not; who may read the file (0600) sees everything."""
+    import sqlite3
+    from pathlib import Path
+
+    from daemon.trace import store  # stdlib only (sqlite3), and only for this command
+
+    path = Path(args.db or os.environ.get("FINGERTIP_TRACE_DB") or TRACE_DB)
+    query = {k: getattr(args, k) for k in store.FILTERS if getattr(args, k) is not None}
+    try:
+        f = store.parse_filter(query, default_limit=100, max_limit=100000)
+        conn = store.open_reader(path)
+    except ValueError as exc:
+        raise Rejected("INVALID_COMMAND", str(exc)) from None
+    except (FileNotFoundError, sqlite3.Error) as exc:
+        raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
+    try:
+        if args.id is not None:
+            record = store.get(conn, args.id)
+            if record is None:
+                raise Rejected("INVALID_COMMAND", f"no recorded invocation {args.id!r}")
+            record["images"] = [
+                {"kind": i.kind, "width": i.width, "height": i.height, "size": len(i.jpeg)}
+                for i in store.images(conn, args.id)
+            ]
+            rows = [record]
+        else:
+            rows = store.select(conn, f)
+    except sqlite3.Error as exc:
+        raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
+    finally:
+        conn.close()
+    return {"type": TRACE_TYPE, "count": len(rows), "invocations": rows}
+
+
 def run(args: argparse.Namespace, stdin: bytes | None) -> dict[str, object]:
+    if args.command == "trace":
+        return read_trace(args)
     path = args.socket or os.environ.get("FINGERTIP_SOCKET") or DEFAULT_SOCKET
     request: dict[str, object] = {"id": REQUEST_ID, "op": args.command}
     if args.command == "call":
@@ -239,9 +307,29 @@ def encode(reply: dict[str, object]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
+def discover(seconds: float, interfaces: list[str] | None) -> int:
+    """One JSON line per board heard (none when there is none); exit 1 when browsing failed."""
+    from daemon.browse import discover as browse  # zeroconf: only this command pays for it
+
+    try:
+        boards = browse(seconds, interfaces)
+    except (OSError, ValueError) as exc:  # no such interface address, no multicast
+        print(f"fingertip: cannot browse DNS-SD: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for found in boards:
+            sys.stdout.buffer.write(_encode(found).encode("utf-8") + b"\n")
+        sys.stdout.buffer.flush()
+    except OSError:
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
+        if args.command == "discover":
+            return discover(args.seconds, args.interface)
         stdin = None
         if args.command == "call" and sys.stdin is not None:
             stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)

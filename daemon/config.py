@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from daemon.screen.options import STABLE
 from daemon.wire import WireError, check
 from gadget import layouts
 from gadget.settings import GadgetSettings
@@ -185,6 +186,24 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class TraceConfig:
+    """The flight recorder (daemon/trace): <state.dir>/trace.db, bounded for an SD card."""
+
+    enabled: bool = _key(True, _BOOL, "record every invocation")
+    max_size_mb: float = _key(
+        256.0, _num(0.25, 65536), "live data kept; the oldest invocations go first past it"
+    )
+    max_age_s: float = _key(
+        7 * 86400.0, _num(1, 10 * 365 * 86400), "invocations older than this are dropped"
+    )
+    prune_interval_s: float = _key(60.0, _num(0.1, 86400), "age pruning when idle")
+    image_max_width: int = _key(
+        360, _int(64, 8192), "before/after screenshots are kept reduced to this width"
+    )
+    image_quality: int = _key(60, _int(1, 100), "their JPEG quality")
+
+
+@dataclass(frozen=True)
 class BackendConfig:
     kind: str = _key("board", {"enum": ["board", "simulated"]})
     sim_width: int = _key(0, _int(0, 8192), "simulated screen width; 0 = by platform")
@@ -235,8 +254,12 @@ class InputConfig:
     drag_limit_s: float = _key(
         60.0, _num(1, 3600), "a drag_start not completed by drag_release within this is undone"
     )
-    evidence_timeout_ms: int = _key(3500, _int(0, 60000), "post-action stability wait limit")
-    evidence_stable_ms: int = _key(500, _int(0, 60000), "post-action: unchanged this long")
+    evidence_timeout_ms: int = _key(
+        STABLE.timeout_ms, _int(0, 60000), "post-action stability wait limit"
+    )
+    evidence_stable_ms: int = _key(
+        STABLE.stable_ms, _int(0, 60000), "post-action: unchanged this long"
+    )
     focus_settle_ms: int = _key(
         300, _int(0, 10000), "enter_text: after the focusing tap, before typing"
     )
@@ -263,6 +286,21 @@ class CaptureConfig:
     fourcc: str = _key("MJPG", {"type": "string", "minLength": 4, "maxLength": 4})
     idle_stop_s: float = _key(10.0, _num(0.1, 3600))
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """GET /api/stream and /api/snapshot (daemon/screen/stream.py): the query's bounds."""
+
+    default_fps: float = _key(15.0, _num(0.5, 60), "frame rate when the query names none")
+    max_fps: float = _key(30.0, _num(0.5, 60), "the highest fps a viewer may ask for")
+    default_quality: int = _key(70, _int(1, 100), "JPEG quality when the query names none")
+    min_quality: int = _key(10, _int(1, 100))
+    max_quality: int = _key(95, _int(1, 100))
+    max_viewers: int = _key(20, _int(1, 256), "streams open at once; more get 503")
+    stall_timeout_s: float = _key(
+        10.0, _num(0.5, 600), "a viewer whose socket takes no frame for this long is dropped"
+    )
 
 
 @dataclass(frozen=True)
@@ -293,6 +331,20 @@ class SkillsConfig:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """DNS-SD over mDNS (daemon/discovery.py): announced only on the non-loopback addresses of
+    [server].listen, never on another interface."""
+
+    enabled: bool = _key(True, _BOOL, "announce _fingertip._tcp and _http._tcp")
+    name: str = _key(
+        "",
+        # DNS-SD refuses control characters; a name over 63 bytes of UTF-8 is shortened.
+        {"type": "string", "maxLength": 63, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+        "the DNS-SD instance name; empty = 'Fingertip <device_type> <board id prefix>'",
+    )
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = _key("info", {"enum": ["debug", "info", "warning", "error"]})
     format: str = _key("auto", {"enum": ["auto", "json", "console"]})
@@ -307,13 +359,16 @@ class Config:
     ipc: IpcConfig = field(default_factory=IpcConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     state: StateConfig = field(default_factory=StateConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
     input: InputConfig = field(default_factory=InputConfig)
     shell: ShellConfig = field(default_factory=ShellConfig)
     weather: WeatherConfig = field(default_factory=WeatherConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     gadget: GadgetSettings = field(default_factory=GadgetSettings)
     source: str = "<defaults>"
 

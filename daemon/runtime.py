@@ -1,8 +1,10 @@
-"""The running daemon's parts, handed to tool modules. Built once by daemon.service."""
+"""The running daemon's parts, handed to tool modules. Built once, in order, by
+daemon.service.build (the composition root) and never changed after."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,10 +12,10 @@ from daemon.backends import Backend
 from daemon.config import Config
 
 if TYPE_CHECKING:
+    from daemon.engine import InputEngine
+    from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
     from daemon.tools.shell import ShellService
-
-VERSION = "0.1.0"
 
 
 @dataclass
@@ -28,15 +30,19 @@ class RunState:
         self.state, self.reason, self.changed_at = state, reason, time.time()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runtime:
     config: Config
     backend: Backend
     screen: Screen
-    shell: ShellService = field(init=False)
+    engine: InputEngine  # the one serialized HID flow every input tool shares
+    shell: ShellService
+    ocr: Ocr  # the text tools' OCR service; its engine loads on the first read
     run_state: RunState = field(default_factory=RunState)
+    # health_check's sections from parts built after the catalog (the flight recorder's state):
+    # filled by the composition root, read by health_check.
+    status: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def platform(self) -> str:

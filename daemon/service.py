@@ -10,137 +10,199 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from daemon import systemd, toollab
+from daemon import VERSION, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
-from daemon.backends import Backend, HidOutput, ProfileControl
+from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
 from daemon.config import Config, ConfigError, load
-from daemon.engine import engine_for
-from daemon.frames import FrameSource
+from daemon.discovery import Announcer
+from daemon.engine import InputEngine
 from daemon.runtime import Runtime
+from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
+from daemon.screen.stream import StreamHub
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
+from daemon.trace.recorder import Recorder
 from daemon.transports import limits
-from daemon.transports.http import HttpApi, error_body, security_middleware
+from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.stream_http import routes as stream_routes
+from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
+from daemon.wire import error_body
 from gadget.errors import GadgetError
 from gadget.log import configure_logging
 
 log = structlog.get_logger("daemon.service")
 
 
-class SimulatedBackend:
-    """The simulated target plays all three backends (daemon.sim)."""
-
-    def __init__(self, config: Config):
-        from daemon.sim.target import SimTarget
-
-        b = config.backend
-        self.target = SimTarget(
-            config.platform,
-            width=b.sim_width or None,
-            height=b.sim_height or None,
-            reenumerate_s=b.sim_reenumerate_s,
-            xkb_names=config.device.layout.xkb,
-        )
-        self.hid: HidOutput = self.target
-        self.profiles: ProfileControl = self.target
-        self.frames: FrameSource = self.target
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
 def build_backend(config: Config) -> Backend:
+    # Each backend is imported only when chosen: the simulated one needs the test extras
+    # (xkbcommon), which a board does not have.
     if config.backend.kind == "simulated":
+        from daemon.sim.backend import SimulatedBackend
+
         return SimulatedBackend(config)
     from daemon.board import BoardBackend
 
     return BoardBackend(config)
 
 
+def build(config: Config) -> Daemon:
+    """The composition root: every part made once, in dependency order, none set afterwards."""
+    backend = build_backend(config)
+    # Counted at the backend's edge, before the engine and the screen take its parts.
+    meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
+    metrics.instrument(backend, meter)
+    rt = Runtime(
+        config,
+        backend,
+        screen=Screen(backend.frames, config.capture),
+        engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
+        shell=ShellService(config),
+        ocr=Ocr(),
+    )
+    catalog = build_catalog(rt)
+    catalog.observers.append(meter.observe_invocation)
+    meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
+    auth = Auth(config, load_or_create_token(config))
+    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
+    ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[
+            limits.body_deadline(config.server.body_timeout_s),
+            security_middleware(auth),
+        ],
+    )
+    http_guard = Guard.preset(config.guard.http)
+    app.add_routes(HttpApi(catalog, auth, http_guard, config.server.max_body_bytes).routes())
+    app.add_routes(ws.routes())
+    app.add_routes(OpenApi(catalog, auth, http_guard).routes())
+    app.add_routes(McpEndpoint(catalog, auth, Guard.preset(config.guard.mcp)).routes())
+    app.add_routes(toollab.routes())
+    app.add_routes(meter.routes(auth, http_guard))
+    # The flight recorder sees every invocation through the catalog's observer hook.
+    recorder = Recorder(catalog, config.state_dir, config.trace)
+    rt.status["trace"] = recorder.status
+    app.add_routes(TraceApi(recorder, catalog, auth, http_guard, rt.screen).routes())
+    # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
+    stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
+    rt.status["stream"] = stream.metrics
+    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
+    if config.backend.kind == "simulated":
+        from daemon.sim.backend import SimulatedBackend
+        from daemon.transports.sim_control import routes as sim_routes
+
+        assert isinstance(backend, SimulatedBackend)
+        app.add_routes(sim_routes(backend.target, auth))
+    parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
+    return Daemon(rt, catalog, app, ws, ipc, parts)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the daemon runs beside the transports: the flight recorder, the live stream, the
+    metrics and the DNS-SD announcer."""
+
+    recorder: Recorder
+    stream: StreamHub
+    metrics: metrics.Metrics
+    announcer: Announcer
+
+
 class Daemon:
-    """One running daemon: runtime, catalog, aiohttp app and its listeners."""
+    """One built daemon: start() brings its parts up in order, stop() takes them down in the
+    reverse order (each start pushes its stop onto one exit stack, so a failed start also
+    undoes what had come up)."""
 
-    def __init__(self, config: Config):
-        self.config = config
-        self.backend = build_backend(config)
-        self.rt = Runtime(config, self.backend, Screen(self.backend.frames, config.capture))
-        self.rt.shell = ShellService(self.rt)
-        self.catalog: Catalog = build_catalog(self.rt)
-        self.auth = Auth(config, load_or_create_token(config))
-        self.app = web.Application(
-            client_max_size=config.server.max_body_bytes,
-            middlewares=[
-                limits.body_deadline(config.server.body_timeout_s),
-                security_middleware(self.auth),
-            ],
-        )
-        self.app["daemon"] = self
-        self.app.add_routes(
-            HttpApi(
-                self.catalog,
-                self.auth,
-                Guard.preset(config.guard.http),
-                config.server.max_body_bytes,
-            ).routes()
-        )
-        ws_guard = Guard.preset(config.guard.ws)
-        self.ws = WsTransport(self.catalog, self.auth, ws_guard, self.rt.screen, config.ws)
-        self.app.add_routes(self.ws.routes())
-        http_guard = Guard.preset(config.guard.http)
-        self.app.add_routes(OpenApi(self.catalog, self.auth, http_guard).routes())
-        mcp_guard = Guard.preset(config.guard.mcp)
-        self.app.add_routes(McpEndpoint(self.catalog, self.auth, mcp_guard).routes())
-        self.app.add_routes(toollab.routes())
-        if isinstance(self.backend, SimulatedBackend):
-            from daemon.transports.sim_control import routes as sim_routes
+    def __init__(
+        self,
+        rt: Runtime,
+        catalog: Catalog,
+        app: web.Application,
+        ws: WsTransport,
+        ipc: IpcServer,
+        parts: Parts,
+    ):
+        self.rt, self.config, self.backend = rt, rt.config, rt.backend
+        self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
+        self.recorder, self.stream = parts.recorder, parts.stream
+        self.metrics, self.announcer = parts.metrics, parts.announcer
+        self._stack = contextlib.AsyncExitStack()
 
-            self.app.add_routes(sim_routes(self.backend.target, self.auth))
-        # Transports and services register what must run at stop, in reverse order.
-        self.on_stop: list[Callable[[], Awaitable[Any]]] = [self.rt.shell.close]
-        self.on_stop.append(self.ws.close_all)  # after HID drained: hosts got their answers
-        # After the catalog drained: nothing held, any drag undone, the full profile live.
-        self.on_stop.append(engine_for(self.rt).close)
-        self.runner: web.AppRunner | None = None
-        self.ipc = IpcServer(self.catalog, config.ipc, Guard.preset(config.guard.ipc))
+    def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
+        async def logged() -> None:  # one failing stop must not keep the others from running
+            try:
+                await hook()
+            except Exception:
+                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
+
+        self._stack.push_async_callback(logged)
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
         await self.backend.start()
+        self._on_stop(self.backend.close)  # last: the gadget released and `full` left bound
+        self.recorder.start()
+        # Before the backend closes, after the last invocation ended (the drain runs first).
+        self._on_stop(lambda: asyncio.to_thread(self.recorder.stop))
         server = self.config.server
         limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
         # aiohttp's keepalive_timeout also runs from connect until the first request's header
         # is whole: it is the header timeout as well as the idle limit.
-        self.runner = web.AppRunner(
+        runner = web.AppRunner(
             self.app,
             handler_cancellation=True,
             access_log=None,
             keepalive_timeout=server.header_timeout_s,
         )
-        await self.runner.setup()
+        await runner.setup()
+        self._on_stop(runner.cleanup)
+        self._on_stop(self.rt.shell.close)
+        self._on_stop(self.rt.ocr.close)
+        self._on_stop(self.stream.close)  # viewers get their closing part
+        self._on_stop(self.ws.close_all)  # after HID drained: hosts got their answers
+        # After the catalog drained: nothing held, any drag undone, the full profile live.
+        self._on_stop(self.rt.engine.close)
         busy = limits.too_many_connections("HTTP", server.max_connections, "server")
         answer = limits.http_answer(
             "503 Service Unavailable", json.dumps(error_body(busy)).encode()
         )
         for addr in server.listen:
             await limits.CappedSite(
-                self.runner, addr, server.port, server.max_connections, answer
+                runner, addr, server.port, server.max_connections, answer
             ).start()
         await self.ipc.start()
-        self.on_stop.append(self.ipc.stop)  # closes the socket and removes its file
+        http_server = runner.server
+        assert http_server is not None
+        self.metrics.watch_connections(
+            {
+                "http": lambda: len(http_server.connections),
+                "ws": lambda: len(self.ws.sessions),
+                "ipc": lambda: self.ipc.open_connections,
+            }
+        )
+        self._on_stop(self.ipc.stop)  # closes the socket and removes its file
+        self._on_stop(self._drain)  # running HID invocations finish or are cut
+        await self.announcer.start()  # once the listeners are up: a host may connect at once
+        self._on_stop(self.announcer.stop)  # the first to go: withdrawn before we close
         log.info(
             "listening",
             addresses=self.config.server.listen,
@@ -150,25 +212,21 @@ class Daemon:
             tools=len(self.catalog.tools(Guard.preset("full-access"))),
         )
 
-    async def stop(self) -> None:
+    async def _drain(self) -> None:
         cut = await self.catalog.drain(self.config.server.shutdown_grace_s)
         if cut:
             log.warning("hid_invocations_cut_at_shutdown", count=cut)
-        for hook in reversed(self.on_stop):
-            try:
-                await hook()
-            except Exception:
-                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
-        if self.runner is not None:
-            await self.runner.cleanup()
-        await self.backend.close()
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
         log.info("stopped")
 
 
 async def serve(config: Config) -> None:
+    wire.use_orjson()  # the daemon's wire parser (the CLI keeps json alone)
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
-    daemon = Daemon(config)
+    daemon = build(config)
     await daemon.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -16,7 +16,8 @@ Out, `encoder` builds the replies' JSON encoders: NaN is refused (ValueError, wh
 transport turns into its stable error) and a lone surrogate that reached a reply anyway (a
 tool's text) becomes U+FFFD instead of an unencodable reply.
 
-Pure and stdlib-only: the one-shot CLI imports this module and must stay light.
+Pure and stdlib-only (orjson only once the daemon asks, use_orjson): the one-shot CLI imports
+this module and must stay light.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports this module: no other daemon module at run time
+    from daemon.errors import ToolError
 
 MAX_DEPTH = 32  # nested arrays/objects; the deepest real request (a WS batch call) is about 8
 
@@ -47,9 +53,42 @@ def _no_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
+# orjson reads a number of 19 or more digits as a float where json keeps an int: such text (rare)
+# takes the json path, so every accepted value stays exactly what json.loads gives.
+_LONG_NUMBER = re.compile(rb"\d{19}")
+_orjson_loads: Callable[[bytes], Any] | None = None
+
+
+def use_orjson() -> None:
+    """Parse with orjson first from now on (the daemon, at start: several times faster on every
+    request). The one-shot CLI never calls it and stays stdlib-only."""
+    global _orjson_loads
+    import orjson
+
+    _orjson_loads = orjson.loads
+
+
 def loads(data: str | bytes | bytearray) -> Any:
     """Strict JSON text to a value that passes `check`. Bytes are decoded as json.loads does
-    (UTF-8, or UTF-16/32 detected); a str must not start with a BOM."""
+    (UTF-8, or UTF-16/32 detected); a str must not start with a BOM.
+
+    After use_orjson(), orjson parses first; whatever it refuses (or could read differently)
+    goes through json, which accepts or refuses it, with its own message, exactly as before."""
+    fast = _orjson_loads
+    if fast is not None:
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+        if not raw.startswith((b"\xef\xbb\xbf", b"\xfe", b"\xff")) and not _LONG_NUMBER.search(raw):
+            try:
+                value = fast(raw)
+            except ValueError:  # orjson.JSONDecodeError
+                pass
+            else:
+                check(value)
+                return value
+    return _json_loads(data)
+
+
+def _json_loads(data: str | bytes | bytearray) -> Any:
     try:
         if isinstance(data, bytes | bytearray):
             data = bytes(data).decode(json.detect_encoding(data))
@@ -78,9 +117,59 @@ def _text_ok(s: str) -> bool:
     return True
 
 
+_SCALARS = (int, bool, type(None))
+
+
 def check(value: Any) -> None:
     """Raise WireError unless `value` is plain JSON data within the rule (see the module).
-    Iterative, so a deep value costs no recursion."""
+    Iterative, so a deep value costs no recursion. It runs on every request and every result:
+    a quick walk that builds no paths answers first; the walk that says where runs only when
+    the quick one finds something (or meets a subclass, which it leaves to the exact rule)."""
+    if not _plain(value):
+        _check_with_paths(value)
+
+
+def _plain(value: Any) -> bool:
+    """True when `value` certainly passes `check`."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        kind = type(v)
+        if kind is dict:
+            if depth >= MAX_DEPTH:
+                return False
+            for key, item in v.items():
+                if type(key) is not str or not (key.isascii() or _text_ok(key)):
+                    return False
+                t = type(item)
+                if t is str:
+                    if not (item.isascii() or _text_ok(item)):
+                        return False
+                elif t in _SCALARS:
+                    continue
+                elif t is float:
+                    if not math.isfinite(item):
+                        return False
+                else:
+                    push((item, depth + 1))
+        elif kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                return False
+            for item in v:
+                push((item, depth + 1))
+        elif kind is str:
+            if not (v.isascii() or _text_ok(v)):
+                return False
+        elif kind is float:
+            if not math.isfinite(v):
+                return False
+        elif kind not in _SCALARS:
+            return False
+    return True
+
+
+def _check_with_paths(value: Any) -> None:
     stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
         v, path, depth = stack.pop()
@@ -126,3 +215,90 @@ def encoder(**options: Any) -> Callable[[Any], str]:
         return scrub(enc.encode(value))
 
     return encode
+
+
+# -- helpers shared by the transports (one place; transports never import each other) ---------
+
+# The HTTP port's status for each error code (the tools API, its OpenAPI description, the
+# WebSocket upgrade's refusals and the connection cap all answer with it). Unlisted: 200 for a
+# tool failure, 500 for an error outside any tool call.
+STATUS = {
+    "tool_call_payload_invalid": 400,
+    "tool_arguments_invalid": 400,
+    "auth_required": 401,
+    "tool_execution_denied": 403,
+    "host_not_allowed": 403,
+    "origin_not_allowed": 403,
+    "tool_not_found": 404,
+    "request_too_large": 413,
+    "tool_execution_exception": 500,
+    "tool_result_schema_invalid": 500,
+    "tool_unavailable": 503,
+    "too_many_connections": 503,
+}
+
+# The port's data routes beside the tools (the live stream and snapshot, the flight recorder):
+# their own codes, and a capture that is gone fails the route (503), where a tool call reports
+# it in a 200.
+DATA_STATUS = {
+    **STATUS,
+    "stream_params_invalid": 400,
+    "trace_query_invalid": 400,
+    "trace_not_found": 404,
+    "capture_unavailable": 503,
+    "too_many_viewers": 503,
+}
+
+IMAGE_TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
+
+# Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
+dumps = encoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def iso_utc(ts: float) -> str:
+    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def output_text(result: Any) -> str:
+    """A result as the text a reply carries: a string as is, anything else compact JSON."""
+    if isinstance(result, str):
+        return result
+    return dumps(result)
+
+
+def error_body(error: ToolError) -> dict[str, Any]:
+    """The HTTP tools API's body for an error raised before any tool is known."""
+    return {
+        "tool": None,
+        "raw_input": "",
+        "output": output_text(error.to_dict()),
+        "is_error": True,
+        "duration_ms": 0,
+        "called_at": iso_utc(time.time()),
+        "error": error.to_dict(),
+    }
+
+
+def is_artifact(result: Any) -> bool:
+    """A screen-bearing result: base64 image data (a screenshot) that transports may carry
+    apart from the rest (an ASFT transfer, an MCP image item)."""
+    return (
+        isinstance(result, dict)
+        and isinstance(result.get("data"), str)
+        and result.get("format") in IMAGE_TYPES
+    )
+
+
+# A number in a query string, as people write one: ASCII digits, an optional fraction for a
+# real, nothing else (Python's int() and float() also take "1_0", "+5", " 5", "nan" and
+# digits of every script). Twelve digits are more than any bound here allows.
+_QUERY_INT = re.compile(r"[0-9]{1,12}")
+_QUERY_REAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,12})?")
+
+
+def query_number(text: str, kind: type[int] | type[float]) -> int | float:
+    """`text` as an int or a float; ValueError for anything else."""
+    if not (_QUERY_INT if kind is int else _QUERY_REAL).fullmatch(text):
+        raise ValueError(f"not a plain {'integer' if kind is int else 'number'}: {text[:20]!r}")
+    return kind(text)

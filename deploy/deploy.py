@@ -366,10 +366,23 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+def wheel_requirements(path: Path) -> str:
+    """The Requires-Dist lines of a wheel's METADATA."""
+    with zipfile.ZipFile(path) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(meta).decode(errors="replace")
+    return "\n".join(ln for ln in text.splitlines() if ln.startswith("Requires-Dist:"))
+
+
+def wheelhouse_key(pins: str, target: Sequence[str], requires: str) -> str:
+    """What a wheelhouse is made of: the same pins, board platform and requirements make the
+    same wheels, so the next deploy (this board again, or the next board of a rack) reuses
+    them instead of asking the package index for every one again."""
+    return hashlib.sha256("\0".join([pins, *target, requires]).encode()).hexdigest()
+
+
 def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
     """Binary wheels of everything the board runs (and pip, which installs them there)."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     freeze = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
         capture_output=True,
@@ -377,13 +390,21 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
         check=True,
     ).stdout
     pins = out.parent / "constraints.txt"
+    pins.parent.mkdir(parents=True, exist_ok=True)
     pins.write_text(constraints(freeze))
-    _pip(
-        "download", "--dest", str(out), "--constraint", str(pins),
-        *pip_download_args(facts), str(wheel), "pip",
-        what=f"the wheelhouse for {facts.arch} / CPython {'.'.join(map(str, facts.python))} "
-        f"({wheelhouse_hint(facts.arch)})",
-    )  # fmt: skip
+    target = pip_download_args(facts)
+    key = wheelhouse_key(pins.read_text(), target, wheel_requirements(wheel))
+    stamp = out / ".made-of"
+    if not (stamp.is_file() and stamp.read_text() == key):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        _pip(
+            "download", "--dest", str(out), "--constraint", str(pins), *target, str(wheel),
+            "pip",
+            what=f"the wheelhouse for {facts.arch} / CPython "
+            f"{'.'.join(map(str, facts.python))} ({wheelhouse_hint(facts.arch)})",
+        )  # fmt: skip
+        stamp.write_text(key)  # last: a download cut short is not taken for a wheelhouse
     return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
 
 
@@ -418,8 +439,24 @@ def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
 # --- the two commands ------------------------------------------------------------------------
 
 
-def _step(n: int, total: int, text: str) -> None:
-    print(f"deploy [{n}/{total}] {text}", flush=True)
+class Steps:
+    """The numbered progress lines, and how long each step took: the last line says where a
+    slow deploy's time went (a board's CPU and link decide most of it)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started: list[tuple[int, float]] = []
+
+    def __call__(self, n: int, text: str) -> None:
+        self.started.append((n, time.monotonic()))
+        print(f"deploy [{n}/{self.total}] {text}", flush=True)
+
+    def timings(self) -> str:
+        ends = [t for _, t in self.started[1:]] + [time.monotonic()]
+        spent = ", ".join(
+            f"[{n}] {end - t:.1f} s" for (n, t), end in zip(self.started, ends, strict=True)
+        )
+        return f"deploy timings: {spent}"
 
 
 def _connect(args: argparse.Namespace) -> tuple[Ssh, BoardFacts]:
@@ -454,19 +491,19 @@ def _probe(ssh: Ssh, host: str) -> BoardFacts:
 
 
 def deploy(args: argparse.Namespace) -> int:
-    total = 7
+    step = Steps(7)
     dest = f"{args.host}:{args.port}"
-    _step(1, total, f"connecting to {dest} (one ssh connection for every step)")
+    step(1, f"connecting to {dest} (one ssh connection for every step)")
     ssh, facts = _connect(args)
     try:
         py = ".".join(map(str, facts.python))
         glibc = ".".join(map(str, facts.libc[1]))
         now = facts.current or "nothing installed"
-        _step(2, total, f"board: {facts.arch}, CPython {py}, glibc {glibc}; running {now}")
-        _step(3, total, "building the fingertip wheel")
+        step(2, f"board: {facts.arch}, CPython {py}, glibc {glibc}; running {now}")
+        step(3, "building the fingertip wheel")
         wheel = build_wheel(BUILD / "dist")
         version = wheel_version(wheel)
-        _step(4, total, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
+        step(4, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
         wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse")
         digests = {f"wheels/{w.name}": _sha256(w) for w in wheels}
         digests["dist/fingertip"] = wheel_content_digest(wheel)
@@ -479,15 +516,15 @@ def deploy(args: argparse.Namespace) -> int:
         missing = [w for w in wheels if w.name not in facts.wheels]
         files.update({f"wheels/{w.name}": w for w in missing})
         size = sum(p.stat().st_size for p in files.values()) / 1e6
-        _step(5, total, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
+        step(5, f"sending {len(files)} files, {size:.1f} MB ({len(missing)} new wheels)")
         send(ssh, files)
-        _step(6, total, f"installing release {release} and restarting fingertip.service")
+        step(6, f"installing release {release} and restarting fingertip.service")
         out = ssh.board_script(
             "install", release, check="installing on the board failed (see above)"
         )
         release, port, listen = parse_result(out)
         addr = health_target(listen)
-        _step(7, total, f"health check over the network ({addr}:{port} on the board, via ssh)")
+        step(7, f"health check over the network ({addr}:{port} on the board, via ssh)")
         with ssh.forward(addr, port) as sock:
             try:
                 health = health_check(sock, addr, port, HEALTH_TIMEOUT_S)
@@ -498,6 +535,7 @@ def deploy(args: argparse.Namespace) -> int:
         return 0
     finally:
         ssh.close()
+        print(step.timings(), file=sys.stderr, flush=True)
 
 
 def undeploy(args: argparse.Namespace) -> int:

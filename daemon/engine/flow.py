@@ -25,12 +25,14 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
+from daemon import evidence
 from daemon.backends import HidOutput, ProfileControl
 from daemon.config import InputConfig
 from daemon.engine import program as prog
 from daemon.engine.executor import Held, execute
 from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
+from daemon.evidence import note
 from gadget import reports
 from gadget.errors import GadgetError
 from gadget.profiles import FULL, ISOLATED
@@ -196,6 +198,8 @@ class Session:
             engine.end_drag()
         released = await engine.release_all(keep_pointer=self._keep_contact)
         restored = await engine.restore_full(self)
+        note("released", released)
+        note("profile_switches", list(self.switches))
         if released or restored or self.switches:
             log.info(
                 "input_invocation_end",
@@ -221,6 +225,11 @@ class InputEngine:
         self.pointer = Pointer.for_platform(platform, cfg)
         self.held = Held(self.pointer.kind)
         self.leds_silent = False  # the target did not answer a Caps Lock probe (this enumeration)
+        # A switch that outlived its limit: it goes on (a board's switch runs to its end) and
+        # may make its profile live later, so the engine waits it out before the next one and
+        # brings `full` back by itself if no invocation does.
+        self._late_switch: asyncio.Future[bool] | None = None
+        self._restorer: asyncio.Task[None] | None = None
         self.drag: Drag | None = None
         self._flow = asyncio.Lock()
         self._closed = False
@@ -239,6 +248,10 @@ class InputEngine:
             session = Session(self, tool)
             try:
                 yield session
+                if evidence.current.get() is not None:
+                    # Evidence asked with the call: of the end state, before the flow is let go.
+                    await run_to_end(session.finish())
+                    await evidence.take_in_flow()
             finally:
                 await run_to_end(session.finish())
 
@@ -273,28 +286,28 @@ class InputEngine:
 
     async def use_profile(self, name: str, session: Session | None = None) -> bool:
         """Make `name` live; after a real switch, wait the settle before any report."""
+        await self._wait_late_switch()
         if self.profiles.profile == name:
             return False
+        switch = asyncio.ensure_future(self.profiles.switch_profile(name))
         try:
             async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
-                changed = await self.profiles.switch_profile(name)
-        except TimeoutError:
+                changed = await asyncio.shield(switch)
+        except BaseException as exc:
+            if not switch.done():  # timed out, or its invocation cancelled: it goes on
+                self._late_switch = switch
+                switch.add_done_callback(self._late_switch_ended)
+            if not isinstance(exc, TimeoutError):
+                raise self._switch_failed(name, exc) from None
             raise ToolError(
                 "profile_switch_failed",
                 f"switching the USB composite to {name!r} did not finish within "
                 f"{self.cfg.profile_switch_timeout_s:g} s",
                 retryable=True,
             ) from None
-        except GadgetError as e:
-            raise ToolError(
-                "profile_switch_failed",
-                f"switching the USB composite to {name!r} failed: {e.message}",
-                retryable=e.retryable,
-            ) from None
         if not changed:
             return False
-        self.held.forget()  # the host dropped everything held when it re-enumerated
-        self.leds_silent = False
+        self._re_enumerated()
         if session is not None:
             session.switches.append(name)
         log.info("profile_switched", profile=name, tool=session.tool if session else None)
@@ -332,6 +345,62 @@ class InputEngine:
             self.held.unsure.discard(role)
             self.held.last[role] = report
         return roles
+
+    @staticmethod
+    def _switch_failed(name: str, exc: BaseException) -> BaseException:
+        """What a switch that ended in `exc` raises: a gadget fault is the tool's error;
+        anything else (a cancellation) goes on as it is."""
+        if isinstance(exc, GadgetError):
+            return ToolError(
+                "profile_switch_failed",
+                f"switching the USB composite to {name!r} failed: {exc.message}",
+                retryable=exc.retryable,
+            )
+        return exc
+
+    def _re_enumerated(self) -> None:
+        self.held.forget()  # the host dropped everything held when it re-enumerated
+        self.leds_silent = False
+
+    async def _wait_late_switch(self) -> None:
+        """Let a switch that outlived its limit end (bounded once more) before the next one:
+        until it has, which profile is live is not known."""
+        late = self._late_switch
+        if late is None:
+            return
+        limit = self.cfg.profile_switch_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                changed = await asyncio.shield(late)
+        except TimeoutError:
+            raise ToolError(
+                "profile_switch_failed",
+                f"an earlier switch of the USB composite still runs after another {limit:g} s",
+                retryable=True,
+            ) from None
+        except Exception:  # its failure was its own invocation's; the board observed what is live
+            changed = True
+        if self._late_switch is late:
+            self._late_switch = None
+        if changed:
+            self._re_enumerated()
+
+    def _late_switch_ended(self, late: asyncio.Future[bool]) -> None:
+        """The late switch ended: with no invocation to do it, bring `full` back (queued
+        behind any invocation, which does it itself)."""
+        if not late.cancelled():
+            late.exception()  # retrieved: its failure was reported by its invocation
+        if self._closed or (self._restorer is not None and not self._restorer.done()):
+            return
+        self._restorer = asyncio.ensure_future(self._restore_in_flow())
+
+    async def _restore_in_flow(self) -> None:
+        try:
+            async with self._flow:
+                if not self._closed:
+                    await self.restore_full()
+        except Exception:  # a task nobody awaits: its fault is logged, never lost
+            log.exception("profile_restore_failed_in_background")
 
     async def restore_full(self, session: Session | None = None) -> bool:
         try:
@@ -429,6 +498,8 @@ class InputEngine:
         finally:
             if locked:
                 self._flow.release()
+        if self._restorer is not None:  # waiting for the flow: the stop did its work
+            self._restorer.cancel()
         log.info(
             "input_engine_stopped",
             released=released,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import cv2
 import numpy.typing as npt
 
 from daemon.frames import Frame
-
-Format = Literal["jpeg", "png"]
+from daemon.screen.options import Format
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,7 @@ class Ocr:
                 if f is fut:
                     del self._runs[seq]
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Queued runs are dropped; a running one finishes in its thread (it cannot be cut)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)

@@ -22,21 +22,13 @@ import structlog
 
 from daemon.config import CaptureConfig
 from daemon.errors import ToolError
+from daemon.evidence import note
 from daemon.frames import Frame, FrameSource
 from daemon.screen.detector import Diff, Signature, compare, signature
-from daemon.screen.encode import Format, encode, screenshot_dict
+from daemon.screen.encode import encode, screenshot_dict
+from daemon.screen.options import SHOT, STABLE, ShotOptions, StableOptions
 
 log = structlog.get_logger("daemon.screen")
-
-
-@dataclass(frozen=True)
-class ShotOptions:
-    """How a screenshot is encoded (the screenshot tool's arguments)."""
-
-    quality: int = 80
-    max_width: int | None = None
-    scale: float | None = None
-    fmt: Format = "jpeg"
 
 
 @dataclass(frozen=True)
@@ -79,27 +71,16 @@ class Screen:
         # A baseline is best effort: it must not hold an action back for long.
         self.baseline_timeout_s = min(baseline_timeout_s, self.frame_timeout_s)
 
-    async def screenshot(
-        self,
-        quality: int = 80,
-        max_width: int | None = None,
-        scale: float | None = None,
-        fmt: Format = "jpeg",
-    ) -> dict[str, Any]:
+    async def screenshot(self, options: ShotOptions = SHOT) -> dict[str, Any]:
         """A fresh frame (per the source's freshness guarantee), encoded."""
-        options = ShotOptions(quality, max_width, scale, fmt)
         frame = await self.source.frame(timeout=self.frame_timeout_s)
         return await asyncio.to_thread(shot, frame, options)
 
     async def wait_for_stable(
-        self,
-        timeout_ms: int = 3500,
-        stable_ms: int = 500,
-        diff_threshold: float = 2.0,
-        options: ShotOptions | None = None,
+        self, stability: StableOptions = STABLE, options: ShotOptions = SHOT
     ) -> dict[str, Any]:
         """Wait for the screen to settle; `stable: false` still returns the current screen."""
-        settled = await self.settle(time.monotonic(), timeout_ms, stable_ms, diff_threshold)
+        settled = await self.settle(time.monotonic(), stability)
         out: dict[str, Any] = {
             "ok": True,
             "stable": settled.stable,
@@ -108,13 +89,15 @@ class Screen:
         }
         if settled.last_diff is not None:
             out["last_diff"] = settled.last_diff.to_dict()
-        out.update(await asyncio.to_thread(shot, settled.frame, options or ShotOptions()))
+        out.update(await asyncio.to_thread(shot, settled.frame, options))
         return out
 
     async def baseline(self) -> Frame | None:
         """The frame before an action, best effort: None when capture is unavailable."""
         try:
-            return await self.source.frame(timeout=self.baseline_timeout_s)
+            frame = await self.source.frame(timeout=self.baseline_timeout_s)
+            note("before", frame)  # the flight recorder keeps the screen each action started on
+            return frame
         except ToolError as e:
             log.info("screen.no_baseline", code=e.code, reason=e.message)
             return None
@@ -124,13 +107,12 @@ class Screen:
         baseline: Frame | None,
         *,
         wait_stable: bool,
-        timeout_ms: int = 3500,
-        stable_ms: int = 500,
+        stability: StableOptions = STABLE,
         delay_ms: int = 0,
-        diff_threshold: float = 2.0,
         options: ShotOptions | None = None,
     ) -> dict[str, Any]:
-        """The post-action screenshot: after `delay_ms`, and after a stability wait if asked.
+        """The post-action screenshot: after `delay_ms`, and after a stability wait (`stability`)
+        if asked.
 
         Returns screen_stable and stable_wait_ms only when waiting, screen_changed only when
         there was a baseline, then the screenshot fields. Frames are all captured after this
@@ -143,27 +125,28 @@ class Screen:
         out: dict[str, Any] = {}
         final_sig: Signature | None = None
         if wait_stable:
-            settled = await self.settle(since, timeout_ms, stable_ms, diff_threshold)
+            settled = await self.settle(since, stability)
             out["screen_stable"] = settled.stable
             out["stable_wait_ms"] = settled.elapsed_ms
             frame, final_sig = settled.frame, settled.signature
         else:
             frame = await self.source.frame(newer_than=since, timeout=self.frame_timeout_s)
+        note("after", frame)
         if baseline is not None:
             out["screen_changed"] = await asyncio.to_thread(
-                _changed, baseline, frame, final_sig, diff_threshold
+                _changed, baseline, frame, final_sig, stability.diff_threshold
             )
-        out.update(await asyncio.to_thread(shot, frame, options or ShotOptions()))
+        out.update(await asyncio.to_thread(shot, frame, options or SHOT))
         return out
 
-    async def settle(
-        self, since: float, timeout_ms: int, stable_ms: int, diff_threshold: float
-    ) -> Settled:
+    async def settle(self, since: float, stability: StableOptions) -> Settled:
         """The stability wait over frames captured after monotonic time `since`.
 
         The first frame is waited for with the source's own timeout even when `timeout_ms`
         is shorter, so there is always a screenshot to return; `timeout_ms` bounds the rest.
         """
+        timeout_ms, stable_ms = stability.timeout_ms, stability.stable_ms
+        diff_threshold = stability.diff_threshold
         if timeout_ms < 0 or stable_ms < 0 or diff_threshold < 0:
             raise ValueError("timeout_ms, stable_ms and diff_threshold must be >= 0")
         start = time.monotonic()

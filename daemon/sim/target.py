@@ -292,6 +292,7 @@ class SimTarget:
             "attached": self._attached,
             "capture": self._capture,
             "animating": self._animating,
+            "frames_rendered": self._seq,  # grows only while someone takes frames
             "size": [self._device.width, self._device.height],
             "reports": dict(self._counts),
         }

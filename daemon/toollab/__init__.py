@@ -12,12 +12,13 @@ from pathlib import Path
 from aiohttp import web
 
 HERE = Path(__file__).resolve().parent
-ASSETS = ("app.js", "app.css")
+ASSETS = ("app.js", "app.css", "history.js", "history.css", "takeover.js")
 
-# The page only talks to its own origin; screenshots arrive as data: URLs.
+# The page only talks to its own origin; screenshots arrive as data: URLs, stream frames as
+# blob: URLs.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",

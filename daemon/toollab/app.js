@@ -3,9 +3,9 @@
 "use strict";
 
 const TOKEN_KEY = "fingertip.token";
-const LIVE_INTERVAL_MS = 1000;
-const LIVE_ARGS = { max_width: 720, quality: 70 };
-const TAP_TOOL = "touch_gesture";
+// This page's label on its calls, so the "driving" badge (takeover.js) tells its own
+// invocations from another caller's.
+const CALLER_ID = `toollab-${Math.random().toString(36).slice(2, 10)}`;
 
 const $ = (id) => document.getElementById(id);
 const state = { tools: new Map(), current: null };
@@ -21,7 +21,7 @@ async function callTool(name, body) {
   const started = performance.now();
   const resp = await fetch(`/api/tools/${encodeURIComponent(name)}`, {
     method: "POST",
-    headers: { "Content-Type": "application/json", ...authHeaders() },
+    headers: { "Content-Type": "application/json", "X-Fingertip-Caller": CALLER_ID, ...authHeaders() },
     body: JSON.stringify(body),
   });
   const reply = await resp.json();
@@ -193,100 +193,15 @@ function showResponse({ status, reply, roundTripMs }) {
   const src = reply.is_error ? null : imageOf(value);
   const evidence = $("evidence");
   evidence.hidden = !src;
-  if (src) {
-    evidence.src = src;
-    showScreen(src, "from the last response");
-  }
+  if (src) evidence.src = src;
 }
 
-// ---- live screen ------------------------------------------------------------------------
-
-function showScreen(src, note) {
-  $("screen").src = src;
-  $("live-state").textContent = `${note} · ${new Date().toLocaleTimeString()}`;
-}
-
-async function refreshScreen() {
-  try {
-    const { reply } = await callTool("screenshot", { input: LIVE_ARGS });
-    const src = reply.is_error ? null : imageOf(parseOutput(reply));
-    if (src) showScreen(src, "live");
-    else $("live-state").textContent = reply.error ? reply.error.message : "no screenshot";
-  } catch (err) {
-    $("live-state").textContent = `offline: ${err}`;
-  }
-}
-
-// One loop refreshes the screen, only while someone looks: a hidden tab costs the board no
-// capture. poke() wakes it early (tab shown, live switched on).
-let wake = null;
-
-function nap(ms) {
-  return new Promise((resolve) => {
-    wake = resolve;
-    if (ms !== null) setTimeout(resolve, ms);
-  });
-}
-
-function poke() {
-  const resolve = wake;
-  wake = null;
-  if (resolve) resolve();
-}
-
-async function liveLoop() {
-  for (;;) {
-    if (document.hidden || !$("live-toggle").checked) {
-      $("live-state").textContent = document.hidden ? "paused (tab hidden)" : "paused";
-      await nap(null);
-      continue;
-    }
-    await refreshScreen();
-    await nap(LIVE_INTERVAL_MS);
-  }
-}
-
-function setupScreen() {
-  const img = $("screen");
-  img.addEventListener("click", (ev) => {
-    const box = img.getBoundingClientRect();
-    const x = Math.round(((ev.clientX - box.left) / box.width) * 1000);
-    const y = Math.round(((ev.clientY - box.top) / box.height) * 1000);
-    const point = { x: Math.min(1000, Math.max(0, x)), y: Math.min(1000, Math.max(0, y)) };
-    const marker = $("marker");
-    marker.style.left = `${(point.x / 10).toFixed(1)}%`;
-    marker.style.top = `${(point.y / 10).toFixed(1)}%`;
-    marker.hidden = false;
-    const offer = $("tap-offer");
-    const go = $("tap-go");
-    go.disabled = !state.tools.has(TAP_TOOL);
-    go.textContent = go.disabled ? `${TAP_TOOL} not available` : `Tap (${point.x}, ${point.y})`;
-    go.dataset.point = JSON.stringify(point);
-    offer.style.left = marker.style.left;
-    offer.style.top = marker.style.top;
-    offer.hidden = false;
-  });
-  $("tap-cancel").addEventListener("click", hideOffer);
-  $("tap-go").addEventListener("click", () => {
-    const point = JSON.parse($("tap-go").dataset.point);
-    hideOffer();
-    selectTool(TAP_TOOL, JSON.stringify({ type: "tap", point }, null, 2));
-    invoke();
-  });
-  document.addEventListener("visibilitychange", poke);
-  $("live-toggle").addEventListener("change", poke);
-}
-
-function hideOffer() {
-  $("tap-offer").hidden = true;
-  $("marker").hidden = true;
-}
+// The live screen and its takeover are takeover.js.
 
 // ---- start ------------------------------------------------------------------------------
 
 function start() {
   setupToken();
-  setupScreen();
   $("filter").addEventListener("input", renderCatalog);
   $("invoke").addEventListener("click", invoke);
   $("reset").addEventListener("click", () => state.current && selectTool(state.current.name));
@@ -296,7 +211,6 @@ function start() {
   loadCatalog().catch((err) => {
     $("tool-list").textContent = `cannot load the catalog: ${err}`;
   });
-  liveLoop();
 }
 
 start();

@@ -13,6 +13,7 @@ from daemon.catalog import (
     object_schema,
 )
 from daemon.runtime import Runtime
+from daemon.screen.options import SHOT, STABLE, ShotOptions, StableOptions
 
 SCREENSHOT_FIELDS: dict[str, Any] = {
     "width": {"type": "integer"},
@@ -26,18 +27,19 @@ SCREENSHOT_REQUIRED = ["width", "height", "format", "size", "data"]
 
 SCREENSHOT_ARGS = object_schema(
     {
-        "quality": {"type": "integer", "minimum": 1, "maximum": 100, "default": 80},
+        "quality": {"type": "integer", "minimum": 1, "maximum": 100, "default": SHOT.quality},
         "max_width": {"type": "integer", "minimum": 16, "maximum": 8192},
         "scale": {"type": "number", "minimum": 0.01, "maximum": 1},  # 1 % of a 1080p frame: 19 px
-        "format": {"enum": ["jpeg", "png"], "default": "jpeg"},
+        "format": {"enum": ["jpeg", "png"], "default": SHOT.fmt},
     }
 )
 
+_MS, _STABLE_MS, _DIFF = STABLE.timeout_ms, STABLE.stable_ms, STABLE.diff_threshold
 STABLE_ARGS = object_schema(
     {
-        "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 3500},
-        "stable_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 500},
-        "diff_threshold": {"type": "number", "minimum": 0, "maximum": 255, "default": 2},
+        "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": _MS},
+        "stable_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": _STABLE_MS},
+        "diff_threshold": {"type": "number", "minimum": 0, "maximum": 255, "default": _DIFF},
     }
 )
 
@@ -60,20 +62,11 @@ def capture_availability(rt: Runtime) -> Availability:
 def tools(rt: Runtime) -> list[ToolSpec]:
     screen = rt.screen
 
-    async def screenshot(args: dict[str, Any], ctx: CallContext) -> Any:
-        return await screen.screenshot(
-            quality=args.get("quality", 80),
-            max_width=args.get("max_width"),
-            scale=args.get("scale"),
-            fmt=args.get("format", "jpeg"),
-        )
+    async def screenshot(args: ShotOptions, ctx: CallContext) -> Any:
+        return await screen.screenshot(args)
 
-    async def wait_for_stable_screen(args: dict[str, Any], ctx: CallContext) -> Any:
-        return await screen.wait_for_stable(
-            timeout_ms=args.get("timeout_ms", 3500),
-            stable_ms=args.get("stable_ms", 500),
-            diff_threshold=args.get("diff_threshold", 2.0),
-        )
+    async def wait_for_stable_screen(args: StableOptions, ctx: CallContext) -> Any:
+        return await screen.wait_for_stable(args)
 
     def available() -> Availability:
         return capture_availability(rt)
@@ -89,6 +82,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             policy="read",
             handler=screenshot,
             args_schema=SCREENSHOT_ARGS,
+            args_type=ShotOptions.from_args,
             result_schema=object_schema(SCREENSHOT_FIELDS, SCREENSHOT_REQUIRED),
             example_input={},
             availability=available,
@@ -107,6 +101,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             policy="read",
             handler=wait_for_stable_screen,
             args_schema=STABLE_ARGS,
+            args_type=StableOptions,
             result_schema=object_schema(
                 {
                     "ok": {"type": "boolean"},
@@ -118,7 +113,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
                 },
                 ["ok", "stable", "elapsed_ms", "screen_changed", *SCREENSHOT_REQUIRED],
             ),
-            example_input={"timeout_ms": 3500, "stable_ms": 500, "diff_threshold": 2},
+            example_input={"timeout_ms": _MS, "stable_ms": _STABLE_MS, "diff_threshold": _DIFF},
             availability=available,
             keywords=("settle", "idle", "stability"),
             evidence=True,

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from daemon.catalog import CallContext, ToolSpec, object_schema
+from daemon.config import Config
 from daemon.errors import ToolError
 from daemon.runtime import Runtime
 
@@ -50,7 +51,11 @@ ARGS = object_schema(
         "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
         "cwd": {"type": "string", "pattern": _NO_NUL},
         "session": {"type": "string", "description": "session id (read, write, stop)"},
-        "input": {"type": "string", "description": "text written to the session's stdin"},
+        "input": {
+            "type": "string",
+            "description": "text written to the session's stdin",
+            "writeOnly": True,  # may be a password: the flight recorder keeps it redacted
+        },
     },
     allOf=[
         {
@@ -117,9 +122,9 @@ class ShellService:
     """Runs commands; owns background sessions (all ended when the daemon stops). Ended
     sessions are kept for reading at most [shell].keep_ended_s and [shell].max_ended of them."""
 
-    def __init__(self, rt: Runtime):
-        cfg = rt.config.shell
-        self.cwd = cfg.cwd or str(rt.config.state_dir)
+    def __init__(self, config: Config):
+        cfg = config.shell
+        self.cwd = cfg.cwd or str(config.state_dir)
         self.default_timeout = cfg.default_timeout_s
         self.cap = cfg.max_output_bytes
         self.max_sessions = cfg.max_sessions
@@ -384,7 +389,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
     svc = rt.shell
 
     async def shell(args: dict[str, Any], ctx: CallContext) -> Any:
-        action = args.get("action", "run")
+        action = args["action"]
         if action == "run":
             return await svc.run(args["command"], args.get("timeout_s"), args.get("cwd"))
         if action == "start":

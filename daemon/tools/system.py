@@ -11,9 +11,10 @@ from typing import Any
 
 import aiohttp
 
+from daemon import VERSION
 from daemon.catalog import CallContext, ToolSpec, object_schema, schema_errors
 from daemon.errors import ToolError
-from daemon.runtime import VERSION, Runtime
+from daemon.runtime import Runtime
 
 TEXT_ARGS = object_schema({"input": {"type": "string"}})
 
@@ -42,6 +43,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = frames.available()
         extra = {"hid": board_status()} if board_status is not None else {}
+        extra.update({name: section() for name, section in rt.status.items()})
         return {
             **extra,
             "ok": True,
@@ -62,7 +64,8 @@ def health_tool(rt: Runtime) -> ToolSpec:
         description="Report that the daemon is up: version, uptime, target type, backend, live "
         "USB profile, run state, whether screen capture is available, and the keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
-        "its last LED report set them (null before its first). Takes no arguments.",
+        "its last LED report set them (null before its first), and the live stream's viewers, "
+        "delivered fps and dropped frames. Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -80,6 +83,8 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "trace": {"type": "object"},
+                "stream": {"type": "object"},
             },
             required=["ok", "version"],
         ),
@@ -237,7 +242,7 @@ def weather_tool(rt: Runtime) -> ToolSpec:
                     "current": "temperature_2m,relative_humidity_2m,weather_code,wind_speed_10m",
                     "daily": "weather_code,temperature_2m_max,temperature_2m_min,"
                     "precipitation_probability_max",
-                    "forecast_days": args.get("days", 3),
+                    "forecast_days": args["days"],
                     "timezone": "auto",
                 },
                 _FORECAST_REPLY,

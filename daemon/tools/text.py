@@ -1,7 +1,7 @@
 """Text tools over on-device OCR: screen_text, find_text (read) and tap_text (a HID tool).
 
-The OCR service (daemon.screen.ocr) is made on first use and kept in rt.extras, so a daemon
-that never reads text never loads the engine. A snapshot id from an earlier screen_text lets
+The OCR service (daemon.screen.ocr, rt.ocr) loads its engine on the first read, so a daemon
+that never reads text never loads it. A snapshot id from an earlier screen_text lets
 find_text/tap_text reuse that OCR while the screen still shows the same thing, and refuses
 with stale_snapshot once it does not.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import cv2
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
-from daemon.engine import Session, engine_for
+from daemon.engine import Session
 from daemon.engine import program as prog
 from daemon.errors import ToolError
 from daemon.frames import Frame
@@ -23,7 +23,8 @@ from daemon.runtime import Runtime
 from daemon.screen import ocr as ocr_mod
 from daemon.screen.ocr import Ocr, Reading
 from daemon.screen.visual_tree import MATCH_MODES, Region, Tree, find, snapshot_id
-from daemon.tools.input import EVIDENCE_RESULT, InputTools
+from daemon.tools.input.handlers import InputTools
+from daemon.tools.input.schemas import EVIDENCE_RESULT
 from daemon.tools.screen import capture_availability
 
 _NORM = {"type": "number", "minimum": 0, "maximum": 1000}
@@ -167,18 +168,9 @@ def same_screen(a: Frame, b: Frame) -> bool:
     return bool(cv2.countNonZero(moved) <= CHANGED_SHARE * grey.size)
 
 
-def ocr_for(rt: Runtime) -> Ocr:
-    """The daemon's one OCR service (made on first use; the engine loads on the first read)."""
-    service = rt.extras.get("ocr")
-    if service is None:
-        service = rt.extras["ocr"] = Ocr()
-    assert isinstance(service, Ocr)
-    return service
-
-
 def ocr_availability(rt: Runtime) -> Availability:
-    service = rt.extras.get("ocr")
-    if isinstance(service, Ocr) and service.load_error is not None:
+    service = rt.ocr
+    if service.load_error is not None:
         return Availability(
             False,
             "ocr_engine_failed",
@@ -206,7 +198,7 @@ class TextTools:
 
     @property
     def ocr(self) -> Ocr:
-        return ocr_for(self.rt)
+        return self.rt.ocr
 
     async def reading(self, args: dict[str, Any]) -> Reading:
         """The OCR to answer from: the snapshot's, while the screen still shows it, else the
@@ -280,7 +272,7 @@ class TextTools:
         match = found[index or 0]
         center = match["center"]
         point = prog.normalize(float(center["x"]), float(center["y"]), "$.query", None)
-        tools = InputTools(self.rt, engine_for(self.rt))
+        tools = InputTools(self.rt)
 
         async def act(s: Session) -> dict[str, Any]:
             program = prog.tap(tools.cfg, tools.pointer, point, s.pointer_at)

@@ -16,37 +16,27 @@ Status mapping (every body has the same JSON shape as a success; `error` carries
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
 from daemon.auth import Auth
-from daemon.catalog import Availability, CallContext, Catalog, Guard, Outcome, ToolSpec
+from daemon.catalog import (
+    Availability,
+    Caller,
+    Catalog,
+    Deferred,
+    Guard,
+    Outcome,
+    RawText,
+    ToolSpec,
+)
 from daemon.errors import ToolError
 from daemon.transports.skill_bundle import skill_bundle
-from daemon.wire import WireError, encoder, loads
+from daemon.wire import STATUS, WireError, error_body, iso_utc, loads, output_text
+from daemon.wire import dumps as _dumps
 
-STATUS = {
-    "tool_call_payload_invalid": 400,
-    "tool_arguments_invalid": 400,
-    "auth_required": 401,
-    "tool_execution_denied": 403,
-    "host_not_allowed": 403,
-    "origin_not_allowed": 403,
-    "tool_not_found": 404,
-    "request_too_large": 413,
-    "tool_execution_exception": 500,
-    "tool_result_schema_invalid": 500,
-    "tool_unavailable": 503,
-    "too_many_connections": 503,
-}
-
-
-def iso_utc(ts: float) -> str:
-    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+__all__ = ["STATUS", "HttpApi", "error_body", "error_response", "iso_utc", "project"]
 
 
 def definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -77,16 +67,6 @@ def _with_runtime(entry: dict[str, Any], avail: Availability) -> dict[str, Any]:
     return entry
 
 
-# Built once: json.dumps with options builds a new encoder on every call (hot on every reply).
-_dumps = encoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def output_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    return _dumps(result)
-
-
 class HttpApi:
     def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, max_body_bytes: int):
         self.catalog = catalog
@@ -103,12 +83,11 @@ class HttpApi:
             web.get("/api/tool-skills", self.tool_skills),
         ]
 
-    def _guard_for(self, request: web.Request) -> Guard:
-        client = self.auth.client(request.headers.get("Authorization"), None)
-        return self.guard.lowered(client.max_policy)
+    def _caller(self, request: web.Request, kind: str = "http") -> Caller:
+        return self.auth.caller("http", self.guard, request, kind=kind)
 
     async def list_tools(self, request: web.Request) -> web.Response:
-        specs = self.catalog.tools(self._guard_for(request))
+        specs = self.catalog.tools(self._caller(request))
         return web.json_response(
             {
                 "platform": self.catalog.platform,
@@ -118,7 +97,7 @@ class HttpApi:
         )
 
     async def tool_skills(self, request: web.Request) -> web.Response:
-        specs = self.catalog.tools(self._guard_for(request), model_facing=True)
+        specs = self.catalog.tools(self._caller(request, "skills"))
         base = f"{request.scheme}://{request.host}"
         return web.Response(
             text=skill_bundle(specs, self.catalog, base),
@@ -127,65 +106,29 @@ class HttpApi:
         )
 
     async def call_tool(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        called_at = time.time()
-        started = time.monotonic()
-        spec: ToolSpec | None = None
-        raw_input: str | None = None
-        try:
-            spec = self.catalog.get(name)
-            client = self.auth.client(request.headers.get("Authorization"), None)
-            self.auth.require_token_for(name, spec.policy, client, request.remote)
-            args, raw_input = await self._decode(request, spec)
-        except ToolError as exc:
-            ms = int((time.monotonic() - started) * 1000)
-            return self._respond(spec, raw_input, None, exc, ms, called_at)
-        outcome = await self.catalog.call(
-            name,
-            args,
-            guard=self.guard.lowered(client.max_policy),
-            ctx=CallContext("http", client=request.remote or ""),
-        )
-        return self._outcome(outcome, raw_input)
-
-    async def _decode(self, request: web.Request, spec: ToolSpec) -> tuple[Any, str]:
+        raw_input: list[str] = []  # what the caller sent, echoed in the reply
+        too_large: ToolError | None = None
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise ToolError(
+            body = b""
+            too_large = ToolError(
                 "request_too_large",
                 f"request body is larger than {self.max_body_bytes} bytes",
                 details={"max_bytes": self.max_body_bytes},
-            ) from None
-        if not body.strip():
-            doc: Any = {}
-        else:
-            try:
-                doc = loads(body)
-            except WireError as exc:
-                raise _payload_error(f"body is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict) or set(doc) - {"input", "raw_input"}:
-            raise _payload_error(
-                'body must be a JSON object {"input": ...} or {"raw_input": "..."}'
             )
-        if "input" in doc and "raw_input" in doc:
-            raise _payload_error("send either input or raw_input, not both")
-        if "raw_input" in doc:
-            raw = doc["raw_input"]
-            if not isinstance(raw, str):
-                raise _payload_error("raw_input must be a string")
-            if spec.input_mode == "text":
-                return {"input": raw}, raw
-            try:
-                return (loads(raw) if raw.strip() else {}), raw
-            except WireError as exc:
-                raise _payload_error(
-                    f"raw_input is not valid JSON for this json tool: {exc}"
-                ) from None
-        value = doc.get("input", {})
-        if spec.input_mode == "text" and isinstance(value, str):
-            return {"input": value}, value
-        return value, output_text(value)
+
+        def decode() -> Any:
+            if too_large is not None:
+                raise too_large
+            args, raw = _decode(body)
+            raw_input.append(raw)
+            return args
+
+        outcome = await self.catalog.call(
+            request.match_info["name"], Deferred(decode), self._caller(request)
+        )
+        return self._outcome(outcome, raw_input[0] if raw_input else None)
 
     def _outcome(self, outcome: Outcome, raw_input: str | None) -> web.Response:
         spec = None if outcome.error and outcome.error.code == "tool_not_found" else outcome.tool
@@ -233,21 +176,31 @@ class HttpApi:
         return hit[1]
 
 
+def _decode(body: bytes) -> tuple[Any, str]:
+    """The body's arguments (RawText for raw_input: the catalog knows the tool's input mode)
+    and the raw_input the reply echoes."""
+    if not body.strip():
+        doc: Any = {}
+    else:
+        try:
+            doc = loads(body)
+        except WireError as exc:
+            raise _payload_error(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or set(doc) - {"input", "raw_input"}:
+        raise _payload_error('body must be a JSON object {"input": ...} or {"raw_input": "..."}')
+    if "input" in doc and "raw_input" in doc:
+        raise _payload_error("send either input or raw_input, not both")
+    if "raw_input" in doc:
+        raw = doc["raw_input"]
+        if not isinstance(raw, str):
+            raise _payload_error("raw_input must be a string")
+        return RawText(raw), raw
+    value = doc.get("input", {})
+    return value, output_text(value)
+
+
 def _payload_error(message: str) -> ToolError:
     return ToolError("tool_call_payload_invalid", message)
-
-
-def error_body(error: ToolError) -> dict[str, Any]:
-    """The same JSON shape for errors raised before any tool is known (middleware)."""
-    return {
-        "tool": None,
-        "raw_input": "",
-        "output": output_text(error.to_dict()),
-        "is_error": True,
-        "duration_ms": 0,
-        "called_at": iso_utc(time.time()),
-        "error": error.to_dict(),
-    }
 
 
 def error_response(error: ToolError) -> web.Response:

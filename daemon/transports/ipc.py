@@ -48,7 +48,7 @@ from typing import Any
 import msgpack
 import structlog
 
-from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
+from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
 from daemon.transports.limits import Throttled, too_many_connections
@@ -84,9 +84,11 @@ FAILURES = {
 # -- the pure mapping ---------------------------------------------------------------------------
 
 
-def exposed(spec: ToolSpec) -> bool:
-    """Terminating tools end an agent run; a one-shot process has no run to end."""
-    return not spec.terminating
+def caller(guard: Guard, peer: str = "") -> Caller:
+    """A local process over the socket: its peer credentials were checked at connect (no
+    token rule); a model-facing catalog without terminating tools (a one-shot process has no
+    agent run to end)."""
+    return Caller("ipc", guard, peer=peer, authenticated=True, **CALLER_KINDS["ipc"])
 
 
 def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -103,7 +105,7 @@ def catalog_reply(catalog: Catalog, guard: Guard) -> dict[str, Any]:
     """The model-facing tools this socket may see, sorted by name."""
     if not guard.discovery_enabled:
         raise ToolError("tool_discovery_disabled", "tool discovery is disabled for [guard].ipc")
-    specs = [s for s in catalog.tools(guard, model_facing=True) if exposed(s)]
+    specs = catalog.tools(caller(guard))
     return {
         "type": "catalog",
         "catalog": {"schemaVersion": SCHEMA_VERSION, "tools": [project(s, catalog) for s in specs]},
@@ -309,6 +311,11 @@ class IpcServer:
         self._refused = Throttled("ipc_connection_refused")
         self._idle = Throttled("ipc_connection_timed_out")
 
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (for /metrics)."""
+        return len(self._connections)
+
     async def start(self) -> None:
         sock = bind_socket(self.cfg)
         st = self.path.stat()
@@ -460,20 +467,7 @@ class IpcServer:
                 return response(request.id, catalog_reply(self.catalog, self.guard))
             except ToolError as exc:
                 return error_response(request.id, exc)
-        try:
-            if not exposed(self.catalog.get(request.tool)):
-                raise ToolError(
-                    "tool_not_found",
-                    f"{request.tool} only makes sense inside an agent run; it is not exposed "
-                    "over IPC",
-                    details={"tool": request.tool},
-                )
-        except ToolError as exc:
-            return error_response(request.id, exc)
         outcome = await self.catalog.call(
-            request.tool,
-            request.arguments,
-            guard=self.guard,
-            ctx=CallContext("ipc", client=peer.describe()),
+            request.tool, request.arguments, caller(self.guard, peer.describe())
         )
         return response(request.id, reply_for(outcome), outcome.error)

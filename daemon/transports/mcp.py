@@ -20,12 +20,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.auth import Auth, Client
-from daemon.catalog import CallContext, Catalog, Guard, Outcome, ToolSpec
+from daemon import VERSION
+from daemon.auth import Auth
+from daemon.catalog import Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
-from daemon.runtime import VERSION
-from daemon.transports.ws_codec import IMAGE_TYPES, is_artifact
-from daemon.wire import encoder, loads
+from daemon.wire import IMAGE_TYPES, encoder, is_artifact, loads
 
 log = structlog.get_logger("daemon.transports.mcp")
 
@@ -241,17 +240,15 @@ class McpEndpoint:
         if method == "ping":
             return {}
         if method == "tools/list":
-            specs = self.catalog.tools(self._guard(request), model_facing=True)
+            specs = self.catalog.tools(self._caller(request))
             return {"tools": [tool_definition(s, self.catalog) for s in specs]}
         if method == "tools/call":
             return await self.call(params, request)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
-    def _client(self, request: web.Request) -> Client:
-        return self.auth.client(request.headers.get("Authorization"), None)
-
-    def _guard(self, request: web.Request) -> Guard:
-        return self.guard.lowered(self._client(request).max_policy)
+    def _caller(self, request: web.Request) -> Caller:
+        """A model's caller: the model-facing tools of this target."""
+        return self.auth.caller("mcp", self.guard, request)
 
     async def call(self, params: dict[str, Any], request: web.Request) -> dict[str, Any]:
         name, args = params.get("name"), params.get("arguments", {})
@@ -259,33 +256,15 @@ class McpEndpoint:
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name")
         if not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
-        spec = self._model_facing(name)
-        client = self._client(request)
-        try:  # the HTTP API's token rule: acting on the target needs the token off loopback
-            self.auth.require_token_for(name, spec.policy, client, request.remote)
-        except ToolError as exc:
-            return error_result(exc)
-        outcome = await self.catalog.call(
-            name,
-            args,
-            guard=self.guard.lowered(client.max_policy),
-            ctx=CallContext("mcp", client=request.remote or ""),
-        )
+        outcome = await self.catalog.call(name, args, self._caller(request))
+        if outcome.unknown:
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")  # a protocol error in MCP
         try:
             return call_result(outcome)
         except ValueError as exc:  # NaN in a result the catalog did not see: a bug, say so
             return error_result(
                 ToolError("tool_result_schema_invalid", f"the result is not JSON: {exc}")
             )
-
-    def _model_facing(self, name: str) -> ToolSpec:
-        try:
-            spec = self.catalog.get(name)
-        except ToolError:
-            spec = None
-        if spec is None or spec.exposure != "agent" or not self.catalog.runs_here(spec):
-            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
-        return spec
 
 
 def _rpc_reply(

@@ -4,7 +4,7 @@ catalog for the caller (the same guard-filtered tools GET /api/tools lists).
 One path per HTTP-visible tool. Its request body is the codec's {"input": ...} or
 {"raw_input": "..."} with the tool's argument schema; its 200 body carries the tool's result
 schema as the contentSchema of `output` (a JSON text); the error statuses and their error codes
-come from the HTTP codec's own table (daemon.transports.http.STATUS), so they cannot drift.
+come from the HTTP port's own table (daemon.wire.STATUS), so they cannot drift.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import jsonschema
 from aiohttp import web
 
+from daemon import VERSION
 from daemon.auth import Auth
 from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec
-from daemon.runtime import VERSION
-from daemon.transports.http import STATUS
+from daemon.wire import STATUS
 
 REF = "#/components/schemas/"
 
@@ -259,6 +259,6 @@ class OpenApi:
         return [web.get("/api/openapi.json", self.document)]
 
     async def document(self, request: web.Request) -> web.Response:
-        client = self.auth.client(request.headers.get("Authorization"), None)
-        specs = self.catalog.tools(self.guard.lowered(client.max_policy))
+        # The HTTP tools API's own caller: exactly the tools GET /api/tools lists.
+        specs = self.catalog.tools(self.auth.caller("http", self.guard, request))
         return web.json_response(openapi_document(specs, self.catalog))

@@ -1,6 +1,6 @@
 """Dev/test control of the simulated target over HTTP (only mounted with backend = simulated):
 observe its state and inject the faults a real board has. The actions live in daemon.sim.control;
-this is only their route. Who may call it is the tools API's rule (Auth.require_token_for):
+this is only their route. Who may call it is the tools API's rule (Caller.check_token):
 observing is a read, a fault is a write."""
 
 from __future__ import annotations
@@ -10,19 +10,23 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from daemon.auth import Auth
+from daemon.catalog import Guard
 from daemon.errors import ToolError
 from daemon.sim.control import control
-from daemon.transports.http import error_response
-from daemon.wire import loads
+from daemon.wire import STATUS, error_body, loads
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
 def routes(target: SimTarget, auth: Auth) -> list[web.RouteDef]:
+    guard = Guard.preset("full-access")  # no guard preset: the token rule alone decides
+
     def check(request: web.Request, action: str, policy: str) -> None:
-        client = auth.client(request.headers.get("Authorization"), None)
-        auth.require_token_for(f"sim/{action}", policy, client, request.remote)
+        auth.caller("sim", guard, request, kind="http").check_token(f"sim/{action}", policy)
+
+    def error_response(error: ToolError) -> web.Response:
+        return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
 
     async def state(request: web.Request) -> web.Response:
         try:

@@ -28,12 +28,21 @@ import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from daemon.auth import Auth
-from daemon.catalog import CallContext, Catalog, Guard, ToolSpec, schema_errors, validation_error
+from daemon.catalog import (
+    EVIDENCE_TOOL,
+    TREE_TOOL,
+    AfterCall,
+    Caller,
+    Catalog,
+    Guard,
+    Outcome,
+    schema_errors,
+    validation_error,
+    with_defaults,
+)
 from daemon.config import WsConfig
 from daemon.errors import ToolError
-from daemon.screen.service import Screen, ShotOptions
 from daemon.transports import ws_catalog
-from daemon.transports.http import error_body, iso_utc
 from daemon.transports.ws_codec import (
     BATCH,
     BATCH_RESULT,
@@ -62,19 +71,20 @@ from daemon.transports.ws_codec import (
     unwrap_payload,
     wrap_text,
 )
+from daemon.wire import error_body, iso_utc
 
 log = structlog.get_logger("daemon.ws")
 
 PATH = "/api/ws"
 MAX_BATCH = 32
 MAX_DELAY_MS = 2000
-SCREENSHOT, VISUAL_TREE = "screenshot", "visualTree"
+SCREENSHOT, VISUAL_TREE = EVIDENCE_TOOL, "visualTree"
 # Peers accept these spellings of visualTree; evidence is keyed by the spelling asked for.
 EVIDENCE_NAMES = {SCREENSHOT: SCREENSHOT, VISUAL_TREE: VISUAL_TREE}
 EVIDENCE_NAMES |= {"tree": VISUAL_TREE, "visual_tree": VISUAL_TREE}
-# The visual tree is the screen_text tool's result (on-device OCR of the frame), called through
-# the catalog with visualTreeArguments as its arguments, so guards and availability apply.
-VISUAL_TREE_TOOL = "screen_text"
+# The visual tree is the screen_text tool's result (on-device OCR of the frame), taken by the
+# catalog inside the call with visualTreeArguments as its arguments.
+VISUAL_TREE_TOOL = TREE_TOOL
 
 
 def call_schema(screenshot_args: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +115,8 @@ def call_schema(screenshot_args: dict[str, Any]) -> dict[str, Any]:
 class After:
     include: tuple[str, ...]  # as spelled by the host, duplicates removed
     delay_ms: int
-    shot: ShotOptions
-    tree_args: dict[str, Any] = field(default_factory=dict)  # screen_text's arguments
+    screenshot_arguments: dict[str, Any]
+    tree_arguments: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -126,7 +136,7 @@ class Transfer:
 
 
 @dataclass
-class Outcome:
+class CallReply:
     """One call as the protocol reports it (a tool.result payload or a batch item)."""
 
     item: dict[str, Any]
@@ -137,22 +147,19 @@ class Outcome:
         return bool(self.item["success"])
 
 
-def failure(tool_id: str | None, error: ToolError) -> Outcome:
+def failure(tool_id: str | None, error: ToolError) -> CallReply:
     item: dict[str, Any] = {} if tool_id is None else {"toolId": tool_id}
     item.update(success=False, message=error.message, error=error.to_dict())
-    return Outcome(item)
+    return CallReply(item)
 
 
 class WsTransport:
     """The /api/ws endpoint and every live host session."""
 
-    def __init__(
-        self, catalog: Catalog, auth: Auth, guard: Guard, screen: Screen, config: WsConfig
-    ):
+    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, config: WsConfig):
         self.catalog = catalog
         self.auth = auth
         self.guard = guard
-        self.screen = screen
         self.config = config
         try:
             shot_schema = catalog.args_schema(catalog.get(SCREENSHOT))
@@ -160,7 +167,7 @@ class WsTransport:
             shot_schema = {"type": "object"}
         self.call_schema = call_schema(shot_schema)
         self.revisions = ws_catalog.DefinitionRevisions(catalog)
-        self.sessions: set[Session] = set()
+        self.sessions: set[WsSession] = set()
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(PATH, self.handle)]
@@ -172,8 +179,10 @@ class WsTransport:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        client = self.auth.client(request.headers.get("Authorization"), request.query.get("token"))
-        if not client.authenticated:
+        # A host's tools: the model-facing ones, other targets' listed as unavailable, text
+        # tools in the flattened-string form; the token (header or ?token=) is required.
+        caller = self.auth.caller("ws", self.guard, request, query_token=True)
+        if not caller.authenticated:
             log.info("ws_refused", remote=request.remote, reason="no valid token")
             error = ToolError(
                 "auth_required",
@@ -194,7 +203,7 @@ class WsTransport:
                 error_body(error), status=426, headers={"Upgrade": "websocket"}
             )
         await ws.prepare(request)
-        session = Session(self, ws, self.guard.lowered(client.max_policy), request.remote or "")
+        session = WsSession(self, ws, caller)
         self.sessions.add(session)
         log.info("ws_connected", remote=session.remote, max_policy=session.guard.max_policy)
         try:
@@ -213,7 +222,7 @@ class WsTransport:
     # -- requests -------------------------------------------------------------------------
 
     async def dispatch(
-        self, env: Envelope, session: Session
+        self, env: Envelope, session: WsSession
     ) -> tuple[str, dict[str, Any], list[Transfer]]:
         """(response type, payload, transfers) for one request; ToolError becomes tool.error."""
         if env.type not in (QUERY, CALL, BATCH):
@@ -230,7 +239,7 @@ class WsTransport:
             return (
                 CATALOG,
                 ws_catalog.catalog_reply(
-                    self.catalog, session.guard, query, time.time(), self.revisions
+                    self.catalog, session.caller, query, time.time(), self.revisions
                 ),
                 [],
             )
@@ -239,10 +248,10 @@ class WsTransport:
                 raise ToolError(
                     "tool_call_payload_invalid", "tool.call payload must be a JSON object"
                 )
-            outcome = await self.call(payload, session)
-            if not outcome.ok:
-                return ERROR, outcome.item["error"], []
-            return RESULT, outcome.item, outcome.transfers
+            reply = await self.call(payload, session)
+            if not reply.ok:
+                return ERROR, reply.item["error"], []
+            return RESULT, reply.item, reply.transfers
         return await self.batch(payload, session)
 
     def parse_call(self, payload: dict[str, Any]) -> CallRequest:
@@ -254,20 +263,15 @@ class WsTransport:
             errors = schema_errors(self.call_schema, p)
             if errors:
                 raise validation_error(errors, "tool.call payload", "tool_call_payload_invalid")
+            p = with_defaults(self.call_schema, p)  # chunkBytes 65536.0 is the int 65536
         after = None
         if "after" in p:
             a = p["after"]
-            shot = a.get("screenshotArguments", {})
             after = After(
                 include=tuple(dict.fromkeys(a.get("include", [VISUAL_TREE]))),
                 delay_ms=a.get("delayMilliseconds", 0),
-                shot=ShotOptions(
-                    quality=shot.get("quality", 80),
-                    max_width=shot.get("max_width"),
-                    scale=shot.get("scale"),
-                    fmt=shot.get("format", "jpeg"),
-                ),
-                tree_args=a.get("visualTreeArguments", {}),
+                screenshot_arguments=a.get("screenshotArguments", {}),
+                tree_arguments=a.get("visualTreeArguments", {}),
             )
         arguments = p.get("arguments", {})
         if not isinstance(arguments, dict):  # the contract: arguments must be a JSON object
@@ -282,42 +286,48 @@ class WsTransport:
             chunk_bytes=p.get("chunkBytes", self.config.chunk_bytes),
         )
 
-    async def call(self, payload: dict[str, Any], session: Session) -> Outcome:
+    async def call(self, payload: dict[str, Any], session: WsSession) -> CallReply:
         try:
             req = self.parse_call(payload)
         except ToolError as exc:
             tool_id = payload.get("toolId")
             return failure(tool_id if isinstance(tool_id, str) and tool_id else None, exc)
-        spec: ToolSpec | None
-        try:
-            spec = self.catalog.get(req.tool_id)
-        except ToolError:
-            spec = None
-        if spec is not None and spec.exposure != "agent":
-            return failure(
-                req.tool_id, ToolError("tool_not_found", f"no tool named {req.tool_id!r}")
-            )
-        args = req.arguments
-        if spec is not None and ws_catalog.is_flattened(spec):
-            args = ws_catalog.flatten_arguments(args)
         done = await self.catalog.call(
-            req.tool_id, args, guard=session.guard, ctx=CallContext("ws", client=session.remote)
+            req.tool_id, req.arguments, session.caller, after=self.after_call(req)
         )
         if done.error is not None:
             return failure(req.tool_id, done.error)
-        outcome = Outcome({"toolId": req.tool_id, "success": True})
+        reply = CallReply({"toolId": req.tool_id, "success": True})
         note = done.tool.qualification(done.result)
         if note:
-            outcome.item["message"] = note
+            reply.item["message"] = note
         result = done.result
         if done.tool.evidence:
-            result = self.deliver(result, req, outcome.transfers)
-        outcome.item["result"] = result
+            result = self.deliver(result, req, reply.transfers)
+        reply.item["result"] = result
         if req.after is not None:
-            evidence = await self.evidence(req, outcome.transfers, session)
+            evidence = self.evidence(req, done, reply.transfers)
             if evidence:
-                outcome.item["evidence"] = evidence
-        return outcome
+                reply.item["evidence"] = evidence
+        return reply
+
+    @staticmethod
+    def after_call(req: CallRequest) -> AfterCall | None:
+        """The evidence the catalog takes inside the call, if the host asked for any (a
+        screenshot call's result is its own screenshot evidence)."""
+        after = req.after
+        if after is None:
+            return None
+        asked = {EVIDENCE_NAMES[name] for name in after.include}
+        shot = SCREENSHOT in asked and req.tool_id != SCREENSHOT
+        tree = VISUAL_TREE in asked
+        if not (shot or tree):
+            return None
+        return AfterCall(
+            after.screenshot_arguments if shot else None,
+            after.delay_ms,
+            after.tree_arguments if tree else None,
+        )
 
     def deliver(self, result: Any, req: CallRequest, transfers: list[Transfer]) -> Any:
         """A screen-bearing result, inline or announced as an ASFT transfer (on request, or
@@ -331,49 +341,31 @@ class WsTransport:
         transfers.append(Transfer(transfer_id, data, req.chunk_bytes))
         return announced
 
-    async def evidence(
-        self, req: CallRequest, transfers: list[Transfer], session: Session
+    def evidence(
+        self, req: CallRequest, done: Outcome, transfers: list[Transfer]
     ) -> dict[str, Any]:
-        """Post-call evidence. A failed capture is reported inside the evidence; the call
-        itself has succeeded and stays a success."""
+        """Post-call evidence by the names the host asked. A failed capture is reported inside
+        the evidence; the call itself has succeeded and stays a success."""
         assert req.after is not None
-        if req.after.delay_ms:
-            await asyncio.sleep(req.after.delay_ms / 1000)
         out: dict[str, Any] = {}
         for name in req.after.include:
             if EVIDENCE_NAMES[name] == VISUAL_TREE:
-                out[name] = await self.visual_tree_evidence(req, session)
-            elif req.tool_id != SCREENSHOT:  # a screenshot call's result is its own evidence
-                out[name] = await self.screenshot_evidence(req, transfers)
+                tree = done.tree
+                if tree is not None and tree.error is not None:
+                    out[name] = failure(VISUAL_TREE_TOOL, tree.error).item
+                elif tree is not None:
+                    out[name] = {"toolId": VISUAL_TREE_TOOL, "success": True, "result": tree.result}
+            elif done.evidence is not None:
+                shot = done.evidence
+                if shot.error is not None:
+                    out[name] = failure(SCREENSHOT, shot.error).item
+                else:
+                    result = self.deliver(shot.result, req, transfers)
+                    out[name] = {"toolId": SCREENSHOT, "success": True, "result": result}
         return out
 
-    async def visual_tree_evidence(self, req: CallRequest, session: Session) -> dict[str, Any]:
-        assert req.after is not None
-        ctx = CallContext("ws", client=session.remote)
-        done = await self.catalog.call(
-            VISUAL_TREE_TOOL, req.after.tree_args, guard=session.guard, ctx=ctx
-        )
-        if done.error is not None:
-            return failure(VISUAL_TREE_TOOL, done.error).item
-        return {"toolId": VISUAL_TREE_TOOL, "success": True, "result": done.result}
-
-    async def screenshot_evidence(
-        self, req: CallRequest, transfers: list[Transfer]
-    ) -> dict[str, Any]:
-        assert req.after is not None
-        try:
-            shot = await self.screen.evidence(None, wait_stable=False, options=req.after.shot)
-        except ToolError as exc:
-            return failure(SCREENSHOT, exc).item
-        except Exception as exc:
-            log.exception("ws_evidence_failed")
-            error = ToolError("tool_execution_exception", f"screenshot evidence failed: {exc!r}")
-            return failure(SCREENSHOT, error).item
-        result = self.deliver(shot, req, transfers)
-        return {"toolId": SCREENSHOT, "success": True, "result": result}
-
     async def batch(
-        self, payload: Any, session: Session
+        self, payload: Any, session: WsSession
     ) -> tuple[str, dict[str, Any], list[Transfer]]:
         if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
             raise ToolError(
@@ -398,15 +390,15 @@ class WsTransport:
                 error = ToolError(
                     "tool_batch_call_invalid", "each batch call must be a JSON object"
                 )
-                outcome = failure(None, error)
+                reply = failure(None, error)
             else:
                 if isinstance(call.get("callId"), str):
                     head["callId"] = call["callId"]
-                outcome = await self.call(call, session)
+                reply = await self.call(call, session)
                 completed += 1
-                transfers += outcome.transfers
-            results.append(head | outcome.item)
-            if not outcome.ok and not go_on:
+                transfers += reply.transfers
+            results.append(head | reply.item)
+            if not reply.ok and not go_on:
                 break
         body = {
             "success": all(r["success"] for r in results),
@@ -418,16 +410,15 @@ class WsTransport:
         return BATCH_RESULT, body, transfers
 
 
-class Session:
+class WsSession:
     """One host's socket: reads envelopes, runs requests as tasks, writes responses."""
 
-    def __init__(
-        self, transport: WsTransport, ws: web.WebSocketResponse, guard: Guard, remote: str
-    ):
+    def __init__(self, transport: WsTransport, ws: web.WebSocketResponse, caller: Caller):
         self.transport = transport
         self.ws = ws
-        self.guard = guard
-        self.remote = remote
+        self.caller = caller
+        self.guard = caller.effective
+        self.remote = caller.peer
         self.tasks: set[asyncio.Task[None]] = set()
         self.send_lock = asyncio.Lock()
         self.count = 0

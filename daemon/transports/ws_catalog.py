@@ -13,18 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.catalog import (
+    CALLER_KINDS,
     POLICIES,
     Availability,
+    Caller,
     Catalog,
     Guard,
     ToolSpec,
+    flatten_arguments,
     schema_errors,
     sha256_revision,
     validation_error,
 )
 from daemon.errors import ToolError
-from daemon.transports.http import iso_utc
-from daemon.transports.ws_codec import INVALID_REQUEST, dumps
+from daemon.transports.ws_codec import INVALID_REQUEST
+from daemon.wire import iso_utc
+
+__all__ = ["flatten_arguments"]  # the catalog applies it; re-exported for the protocol's tests
 
 SCHEMA = "ansight.tool-catalog.v3"
 DETAILS = ("full", "index", "definitions")
@@ -61,11 +66,16 @@ class ToolState:
         return self.spec.name
 
 
-def visible_specs(catalog: Catalog, guard: Guard) -> list[ToolSpec]:
-    """What a WS host may see: the guard's tools with agent exposure (HTTP-only diagnostics and
-    internal tools stay out), sorted by id. Tools for another platform stay listed, marked
-    unavailable by the catalog."""
-    return [s for s in catalog.tools(guard) if s.exposure == "agent"]
+def host(who: Caller | Guard) -> Caller:
+    """A Caller as is; a bare Guard as a host under it (catalog.CALLER_KINDS["ws"])."""
+    if isinstance(who, Caller):
+        return who
+    return Caller("ws", who, authenticated=True, **CALLER_KINDS["ws"])
+
+
+def visible_specs(catalog: Catalog, who: Caller | Guard) -> list[ToolSpec]:
+    """What a WS host may see, sorted by id (the catalog decides)."""
+    return catalog.tools(host(who))
 
 
 class DefinitionRevisions:
@@ -85,25 +95,15 @@ class DefinitionRevisions:
 
 
 def tool_states(
-    catalog: Catalog, guard: Guard, revisions: Callable[[ToolSpec], str] | None = None
+    catalog: Catalog, who: Caller | Guard, revisions: Callable[[ToolSpec], str] | None = None
 ) -> list[ToolState]:
     revision = revisions or catalog.definition_revision
-    return [
-        ToolState(s, catalog.availability(s), revision(s)) for s in visible_specs(catalog, guard)
-    ]
+    return [ToolState(s, catalog.availability(s), revision(s)) for s in visible_specs(catalog, who)]
 
 
 def is_flattened(spec: ToolSpec) -> bool:
     """Text-mode tools take their input as string arguments: the legacy flattened-string form."""
     return spec.input_mode == "text"
-
-
-def flatten_arguments(arguments: Any) -> Any:
-    """What a flattened-string tool receives: every value a string (non-strings as compact
-    JSON, so true -> "true", 5 -> "5"), nulls dropped."""
-    if not isinstance(arguments, dict):
-        return arguments
-    return {k: v if isinstance(v, str) else dumps(v) for k, v in arguments.items() if v is not None}
 
 
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
@@ -300,16 +300,18 @@ def select(states: list[ToolState], q: Query) -> list[ToolState]:
 
 def catalog_reply(
     catalog: Catalog,
-    guard: Guard,
+    who: Caller | Guard,
     q: Query,
     now: float,
     revisions: Callable[[ToolSpec], str] | None = None,
 ) -> dict[str, Any]:
-    """The tool.catalog payload for query `q` under `guard`, evaluated at `now` (time.time());
-    `revisions` may memoize definitionRevision (DefinitionRevisions)."""
+    """The tool.catalog payload for query `q` for a host (its caller, or a bare guard),
+    evaluated at `now` (time.time()); `revisions` may memoize definitionRevision."""
+    caller = host(who)
+    guard = caller.effective
     if not guard.discovery_enabled:
         raise ToolError("tool_discovery_disabled", "tool discovery is disabled by the guard")
-    states = tool_states(catalog, guard, revisions)
+    states = tool_states(catalog, caller, revisions)
     revision = catalog_revision(guard, states)
     avail_revision = availability_revision(states)
     if q.detail != "definitions" and q.if_revision == revision:

@@ -22,6 +22,9 @@ from aiohttp import WSCloseCode
 
 from daemon import wire
 from daemon.errors import ToolError
+from daemon.wire import IMAGE_TYPES, is_artifact
+
+__all__ = ["IMAGE_TYPES", "is_artifact"]  # the neutral module's; the codec's own names follow
 
 CAPABILITY = "tool.exec"
 QUERY, CATALOG = "tool.query", "tool.catalog"
@@ -278,7 +281,6 @@ _HEADER = struct.Struct("<4sBBH32siqi")
 HEADER_BYTES = _HEADER.size  # 56
 _HEX = frozenset("0123456789abcdef")
 DELIVERY_BINARY, DELIVERY_INLINE = "websocket_binary", "inline"
-IMAGE_TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
 
 
 @dataclass(frozen=True)
@@ -323,15 +325,6 @@ def asft_frames(transfer_id: str, data: bytes, chunk_bytes: int) -> Iterator[byt
         yield asft_frame(transfer_id, FRAME_CHUNK, sequence, offset, view[offset:][:chunk_bytes])
         sequence += 1
     yield asft_frame(transfer_id, FRAME_COMPLETE, sequence, len(data))
-
-
-def is_artifact(result: Any) -> bool:
-    """A screen-bearing result: base64 image data that can travel as an ASFT transfer."""
-    return (
-        isinstance(result, dict)
-        and isinstance(result.get("data"), str)
-        and result.get("format") in IMAGE_TYPES
-    )
 
 
 def artifact_size(result: dict[str, Any]) -> int:

@@ -23,7 +23,9 @@ sys.path.insert(0, str(HERE))
 import image  # noqa: E402 (sibling modules)
 from conftest import ARTIFACTS, PROJECT, kernel_run  # noqa: E402
 
-TIMEOUT_S = float(os.environ.get("BOARD_TEST_TIMEOUT", "1500"))
+# A bound on the whole tier, so CI's run ends: about 15 min idle, 25 min seen with the machine
+# oversubscribed five times over (the waits inside scale with the VM's measured slowness).
+TIMEOUT_S = float(os.environ.get("BOARD_TEST_TIMEOUT", "2700"))
 
 
 def main(argv: list[str]) -> int:

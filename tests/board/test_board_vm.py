@@ -3,8 +3,9 @@ installed with `make deploy` exactly as a user does it, then driven over the USB
 from the "phone" (a network namespace inside the guest holding the target's end of the ECM
 link), with the guest's USB host side as the target's eyes. The checks run in order on one
 boot; each builds on the state the one before left: 1 deploy (again: idempotent; with a bad
-config: stops, the daemon keeps running), 2 service and gadget up, 3 tools API over ECM,
-4 iOS chord isolation, 5 SIGKILL mid-isolation, 6 undeploy.
+config: stops, the daemon keeps running), 2 service and gadget up, 3 tools API and DNS-SD over
+ECM, 4 iOS chord isolation (found again by DNS-SD after it), 5 SIGKILL mid-isolation, 6 stop
+(no longer announced) and undeploy.
 """
 
 from __future__ import annotations
@@ -69,6 +70,21 @@ def health(board: BoardVM) -> dict[str, Any]:
     """health_check from the phone, retried while its link (re)appears."""
     answer = phone(board, "call", "health_check", "--retry-until", str(LINK_S))
     return dict(tool_output(answer, board))
+
+
+def discovered(board: BoardVM, *, expect: bool = True, tries: int = 5) -> list[dict[str, Any]]:
+    """This board as `fingertip discover` in the phone's namespace hears it over the ECM link
+    (a fresh browse each time, nothing cached); browsed again while the link may still be
+    coming up, until it is heard (expect) or for one window (not expect)."""
+    board_id = board.run("cat /var/lib/fingertip/board-id").stdout.strip()
+    ours: list[dict[str, Any]] = []
+    for _ in range(tries if expect else 1):
+        out = board.run("ip netns exec phone fingertip discover --seconds 3", timeout=120).stdout
+        heard = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        ours = [b for b in heard if b["txt"].get("board_id") == board_id]
+        if bool(ours) == expect:
+            break
+    return ours
 
 
 def opened(lines: list[dict[str, Any]], product: str) -> set[str]:
@@ -139,6 +155,14 @@ def deployed(
     """`make deploy` from this clone onto the fresh board, as a user runs it (the ssh config
     names the test's key and the board's recorded host key, as a user's ~/.ssh/config does)."""
     template = (PROJECT / "etc" / "fingertip.toml").read_text()
+    # This board is emulated: a profile switch took 6-16 s here (udev and the target's drivers
+    # under TCG), against the 15 s limit made for a real board's 1-2 s; seen to fail an iOS
+    # chord with the machine busy. The limit is a config key, scaled here as the waits are.
+    default = "profile_switch_timeout_s = 15.0"
+    assert default in template
+    template = template.replace(
+        default, f"profile_switch_timeout_s = {min(300, round(30 * board.slowness))}.0"
+    )
     board.run(
         "mkdir -p /etc/fingertip && cat > /etc/fingertip/fingertip.toml",
         input=f"{CONFIG_MARK}\n{template}",
@@ -148,13 +172,16 @@ def deployed(
     seconds = time.monotonic() - start
     assert done.returncode == 0, f"make deploy failed:\n{done.stdout}{done.stderr}"
     token = board.run("cat /var/lib/fingertip/pairing-token").stdout.strip()
-    yield {"stdout": done.stdout, "seconds": seconds, "token": token}
+    yield {"stdout": done.stdout, "stderr": done.stderr, "seconds": seconds, "token": token}
 
 
 def test_1_make_deploy_installs_and_reports(
     board: BoardVM, workdir: Path, deployed: dict[str, Any], record_property: Any
 ) -> None:
     record_property("deploy_s", round(deployed["seconds"]))
+    timings = re.search(r"^deploy timings: (.*)$", deployed["stderr"], re.M)
+    assert timings is not None, deployed["stderr"]
+    record_property("deploy_steps", timings.group(1))
     last = deployed["stdout"].strip().splitlines()[-1]
     assert re.fullmatch(
         rf"fingertip \S+ \(release \S+\) is running on root@127\.0\.0\.1:{board.port}: "
@@ -272,6 +299,15 @@ def test_3_tools_api_over_usb_ecm(
     assert abs(absolute[ABS_X] - 32767 * 250 / 1000) <= 2, absolute
     assert abs(absolute[ABS_Y] - 32767 * 750 / 1000) <= 2, absolute
 
+    # A host on the link finds the board by DNS-SD, on the ECM address only, with its TXT.
+    ours = discovered(board)
+    assert len(ours) == 1, f"{ours}\n{link_state(board)}"
+    version = health(board)["version"]
+    assert ours[0]["addresses"] == ["192.168.42.1"] and ours[0]["port"] == 8080, ours
+    txt = ours[0]["txt"]
+    assert (txt["version"], txt["device_type"], txt["platform"]) == (version, "iOS", "ios"), txt
+    assert (txt["tools"], txt["ws"], txt["mcp"]) == ("/api/tools", "/api/ws", "/mcp"), txt
+
 
 def test_4_ios_chord_isolates_and_restores(
     board: BoardVM, deployed: dict[str, Any], recorder: GuestStream
@@ -321,6 +357,8 @@ def test_4_ios_chord_isolates_and_restores(
     assert len(calls) == 1 and calls[0]["outcome"] in ("ok", "cancelled"), calls
     # ... and no key is held on the target.
     assert no_key_held(board) == []
+    # The link went and came back: a host browsing now finds the board again.
+    assert len(discovered(board)) == 1, link_state(board)
 
 
 def test_5_sigkill_mid_isolation_restarts_with_full_profile(
@@ -362,21 +400,24 @@ def test_5_sigkill_mid_isolation_restarts_with_full_profile(
     killed_at = since + next(
         i for i, x in enumerate(recorder.lines[since:]) if x.items() >= first_key.items()
     )
-    # systemd restarts the daemon, which reconciles the gadget back to the full profile.
+    # systemd restarts the daemon, which reconciles the gadget back to the full profile. The
+    # recorder sees that at no cost to the guest; systemd is asked only then, and seldom: each
+    # systemctl run takes a TCG guest's one CPU for a while, and a loop of them twice a second
+    # tripled the restarting daemon's start (97 s against 34 s).
     limit = round(180 * board.slowness)
-    board.run(
-        f'timeout {limit} sh -c \'until [ "$(systemctl is-active fingertip)" = active ] && '
-        f'[ "$(systemctl show -p NRestarts --value fingertip)" -gt {restarts} ]; '
-        "do sleep 0.5; done'",
-        timeout=limit + 20,
-    )
-    assert board.run("systemctl show -p MainPID --value fingertip").stdout.strip() != pid
     recorder.wait_for(
         lambda ls: opened(ls, FULL) >= FULL_HID_INTERFACES,
         "the full profile after the restart",
-        LINK_S,
+        limit,
         killed_at,
     )
+    board.run(
+        f'timeout {limit} sh -c \'until [ "$(systemctl is-active fingertip)" = active ] && '
+        f'[ "$(systemctl show -p NRestarts --value fingertip)" -gt {restarts} ]; '
+        "do sleep 2; done'",
+        timeout=limit + 20,
+    )
+    assert board.run("systemctl show -p MainPID --value fingertip").stdout.strip() != pid
     assert health(board)["profile"] == "full"
     log = journal_since(board, cursor)
     reconciled = [x for x in log if x.get("event") == "board.reconciled"]
@@ -389,6 +430,10 @@ def test_5_sigkill_mid_isolation_restarts_with_full_profile(
 def test_6_make_undeploy_removes_it_and_keeps_the_config(
     board: BoardVM, workdir: Path, deployed: dict[str, Any], recorder: GuestStream
 ) -> None:
+    # Stopped, the board is no longer announced (the gadget, and so the link, stay up).
+    assert len(discovered(board)) == 1
+    board.run("systemctl stop fingertip")
+    assert discovered(board, expect=False) == []
     since = recorder.mark()
     done = run_deploy(board, workdir, "undeploy.log", "undeploy")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -49,7 +49,7 @@ def qemu_command(img: image.Image, port: int, console: Path) -> list[str]:
         "-display", "none", "-no-reboot",
         "-serial", f"file:{console}",
         "-kernel", str(img.kernel), "-initrd", str(img.initrd),
-        "-append", "root=/dev/vda rw console=ttyS0 panic=-1",
+        "-append", f"root=/dev/vda rw {image.kernel_tier.GUEST_CMDLINE}",
         "-drive", f"file={img.disk},if=virtio,format=raw,snapshot=on",
         "-nic", f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22",
         "-device", "virtio-rng-pci",

@@ -49,6 +49,11 @@ MODULES = (
 )
 # One vivid instance with only a video capture node: fewer /dev/video* to search, less to load.
 MODULE_PARAMS = {"vivid": "n_devs=1 node_types=0x1"}
+# Kernel command line of both VM tiers. Under TCG on a busy host the clocksource watchdog sees
+# the emulated HPET answer late, marks the TSC unstable and switches to the HPET, whose every
+# read is an emulated device access: seen once, the guest then ran several times slower for
+# the rest of the run. The TSC of a TCG guest is the host's clock, so it is trusted.
+GUEST_CMDLINE = "console=ttyS0 panic=-1 tsc=reliable"
 
 
 class CannotRun(Exception):

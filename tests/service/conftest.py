@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.service.daemonproc import DaemonProcess
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 @pytest.fixture
@@ -28,3 +32,45 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
 @pytest.fixture
 def daemon(make_daemon: Callable[..., DaemonProcess]) -> DaemonProcess:
     return make_daemon()
+
+
+@pytest.fixture
+def offloop_addr() -> Iterator[str]:
+    """A non-loopback address on `lo` (link-local /32): the page reaches the daemon from
+    outside 127.0.0.0/8 while nothing leaves the machine."""
+    addr = "169.254.231.3"
+    made = subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", "lo"], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot add a test address: {made.stderr.decode().strip()}")
+    try:
+        yield addr
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{addr}/32", "dev", "lo"], capture_output=True)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """Debian's headless Chromium under Playwright (the Tool Lab tests)."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is missing: run `make browser-setup`")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

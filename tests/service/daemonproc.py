@@ -58,10 +58,12 @@ class DaemonProcess:
         overrides: dict[str, dict[str, Any]] | None = None,
         env: dict[str, str] | None = None,
         nofile: int | None = None,
+        fsize: int | None = None,
     ):
         self.tmp = tmp
         self.extra_env = env or {}
         self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the daemon, None = ours
+        self.fsize = fsize  # RLIMIT_FSIZE (bytes): a write past it fails, as on a full disk
         self.port = free_port()
         self.state_dir = tmp / "state"
         tables: dict[str, dict[str, Any]] = {
@@ -106,7 +108,7 @@ class DaemonProcess:
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            preexec_fn=self._limits if self.nofile is not None else None,
+            preexec_fn=self._limits if (self.nofile, self.fsize) != (None, None) else None,
         )
         self.notifications: list[str] = []
         deadline = time.monotonic() + timeout
@@ -129,8 +131,10 @@ class DaemonProcess:
             raise
 
     def _limits(self) -> None:
-        assert self.nofile is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        if self.fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize, self.fsize))
 
     def drain_notifications(self) -> list[str]:
         if not hasattr(self, "_notify"):
@@ -173,6 +177,10 @@ class DaemonProcess:
     def get_json(self, path: str) -> Any:
         with urllib.request.urlopen(self.base + path, timeout=10) as resp:
             return json.loads(resp.read())
+
+    def get_bytes(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+            return bytes(resp.read())
 
     def post_json(self, path: str, body: Any = None) -> Any:
         req = urllib.request.Request(

@@ -180,12 +180,15 @@ MORE_BASES: dict[str, list[dict[str, Any]]] = {
 
 def beyond_bounds(schema: dict[str, Any]) -> list[Any]:
     """Numbers just outside a numeric property's published bounds (and its minimum, where a
-    minimum call is quick): the values a bound exists to refuse."""
+    minimum call is quick): the values a bound exists to refuse. For an integer, also a
+    whole-number float within them (2.0), which JSON Schema counts as an integer."""
     if schema.get("type") not in ("number", "integer"):
         return []
     out: list[Any] = []
     lo = schema.get("minimum", schema.get("exclusiveMinimum"))
     hi = schema.get("maximum")
+    if schema.get("type") == "integer":
+        out.append(float(max(lo if lo is not None else 1, 1) if hi is None or hi >= 1 else hi))
     if lo is not None:
         out += [lo - 1, lo - 1e-9, lo / 1e3]
     if hi is not None:
@@ -443,6 +446,34 @@ def test_slow_swipes_are_refused_before_the_contact_goes_down(
     assert status == 400 and body["error"]["code"] == "tool_arguments_invalid", body
     assert body["error"]["details"]["errors"][0]["path"] == path, body
     assert target.sim_state()["reports"] == before
+    still_fine(target)
+
+
+def test_whole_number_floats_are_the_integers_they_equal(target: DaemonProcess) -> None:
+    """JSON Schema counts 2.0 as an integer: the tool gets the int, not a 500."""
+    for tool, arguments in [
+        ("screenshot", {"quality": 80.0, "format": "jpeg"}),
+        ("keyboard_tap", {"keys": ["a"], "repeat": 2.0}),
+        (
+            "touch_gesture",
+            {"type": "swipe", "start": {"x": 500, "y": 800}, "direction": "up", "steps": 3.0},
+        ),
+    ]:
+        status, body = http_call(target, tool, arguments)
+        assert status == 200 and body["is_error"] is False, (tool, body)
+    still_fine(target)
+
+
+def test_an_undecodable_authorization_header_is_no_token(target: DaemonProcess) -> None:
+    """Bytes aiohttp cannot decode arrive surrogate-escaped: they match no token (no 500)."""
+    for path in (b"GET /api/tools", b"GET /api/ws"):
+        with socket.create_connection(("127.0.0.1", target.port), timeout=30) as s:
+            s.sendall(
+                path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \xff\xfe\xed\xa0"
+                b"\x80\r\nConnection: close\r\n\r\n"
+            )
+            head = s.recv(4096)
+        assert not head.startswith(b"HTTP/1.1 5"), head[:200]
     still_fine(target)
 
 

@@ -317,6 +317,10 @@ def test_unknown_tool(shared: DaemonProcess, tool: str) -> None:
         ["catalog", "--nope"],
         ["--timeout=x", "catalog"],
         ["--timeout=0", "catalog"],
+        ["--timeout=inf", "catalog"],
+        ["--timeout=1e308", "catalog"],
+        ["--timeout=nan", "catalog"],
+        ["discover", "--seconds", "inf"],
     ],
 )
 def test_invalid_command(shared: DaemonProcess, argv: list[str]) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -162,20 +161,6 @@ async def test_guard_limits_listing_and_calls(make_daemon: Callable[..., DaemonP
     shell = tools["shell"].annotations
     assert shell is not None and shell.destructive_hint is True and shell.read_only_hint is False
     assert result.is_error is False and result.structured_content["stdout"] == "hi\n"
-
-
-@pytest.fixture
-def offloop_addr() -> Iterator[str]:
-    """A non-loopback address on `lo` (link-local /32): requests come from outside 127.0.0.0/8
-    while nothing leaves the machine."""
-    addr = "169.254.231.2"
-    made = subprocess.run(["ip", "addr", "add", f"{addr}/32", "dev", "lo"], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot add a test address: {made.stderr.decode().strip()}")
-    try:
-        yield addr
-    finally:
-        subprocess.run(["ip", "addr", "del", f"{addr}/32", "dev", "lo"], capture_output=True)
 
 
 async def test_token_rules_off_loopback(

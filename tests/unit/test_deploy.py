@@ -8,6 +8,7 @@ import ast
 import importlib.metadata as md
 import importlib.util
 import re
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -209,7 +210,53 @@ def test_everything_the_code_imports_ships_to_the_board() -> None:
     assert missing == {}, "imported but not a runtime dependency in pyproject.toml"
 
 
+def test_the_board_daemon_loads_without_the_dev_only_packages() -> None:
+    """The dev-only imports above stay behind the simulated backend: the board's daemon, CLI
+    and gadget tool load with those packages absent (seen once: a top-level import of the
+    simulated backend stopped the board's daemon at start)."""
+    blocked = sorted(set().union(*DEV_ONLY.values()))
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({blocked!r}));"
+        "import daemon.service, daemon.board, daemon.cli, gadget.cli"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_32_bit_arm_board_is_told_why_its_wheelhouse_fails() -> None:
     assert "aarch64" in deploy.wheelhouse_hint("armv7l")
     assert "numpy" in deploy.wheelhouse_hint("armv6l")
     assert "numpy" not in deploy.wheelhouse_hint("aarch64")
+
+
+def test_a_wheelhouse_made_of_the_same_things_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta = b"Name: fingertip\nVersion: 0.1.0\nRequires-Dist: aiohttp>=3.9\n"
+    wheel = _wheel(
+        tmp_path / "fingertip-0.1.0-py3-none-any.whl",
+        {"fingertip-0.1.0.dist-info/METADATA": meta},
+        (2020, 1, 1, 0, 0, 0),
+    )
+    assert deploy.wheel_requirements(wheel) == "Requires-Dist: aiohttp>=3.9"
+    facts = deploy.parse_probe(PROBE)
+    downloads: list[tuple[str, ...]] = []
+
+    def fake_pip(*args: str, what: str) -> None:  # stands in for the package index
+        downloads.append(args)
+        dest = Path(args[args.index("--dest") + 1])
+        (dest / "numpy-2.2.6-cp311-cp311-manylinux_2_17_aarch64.whl").write_bytes(b"w")
+
+    monkeypatch.setattr(deploy, "_pip", fake_pip)
+    out = tmp_path / "build" / "wheelhouse"
+    first = deploy.build_wheelhouse(wheel, facts, out)
+    again = deploy.build_wheelhouse(wheel, facts, out)
+    assert [p.name for p in first] == [p.name for p in again] and len(downloads) == 1
+    # Another board platform, or other pins, is another wheelhouse.
+    other = deploy.parse_probe(PROBE.replace("linux-aarch64", "linux-x86_64"))
+    deploy.build_wheelhouse(wheel, other, out)
+    assert len(downloads) == 2
+    key = deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "")
+    assert key != deploy.wheelhouse_key("a==2\n", ["--platform", "x"], "")
+    assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "y"], "")
+    assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "Requires-Dist: b")

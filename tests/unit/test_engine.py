@@ -8,6 +8,7 @@ can run (isolation actually mattering), it is used instead.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -379,3 +380,71 @@ async def test_after_a_switch_the_cursor_position_is_unknown() -> None:
     buttons = [reports.unpack_mouse(r).buttons for role, r in target.writes() if role == "pointer"]
     # move, press, 3 lifts | press, 3 lifts | move again, press, 3 lifts
     assert buttons == [0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0]
+
+
+class LateSwitchTarget(RecordingTarget):
+    """A board's profile control, slow: a switch runs to its end under a lock whatever its
+    caller does (as daemon.board's does), and only then is its profile live."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.lock = asyncio.Lock()
+        self.switched = asyncio.Event()
+        self.begun = asyncio.Event()
+
+    async def switch_profile(self, name: str) -> bool:
+        async def switch() -> bool:
+            async with self.lock:
+                if name == self.profile:
+                    return False
+                self.begun.set()
+                await asyncio.sleep(self.delay_s)
+                self.profile = name
+                self.events.append(("switch", name))
+                self.switched.set()
+                return True
+
+        return await asyncio.shield(asyncio.ensure_future(switch()))
+
+
+async def test_a_switch_past_its_limit_still_ends_on_full() -> None:
+    """The switch to keyboard-isolated outlives its limit and lands afterwards: the engine
+    waits it out and brings `full` back, with nothing held, although no invocation follows."""
+    target = LateSwitchTarget(delay_s=0.3)
+    cfg = dataclasses.replace(FAST, profile_switch_timeout_s=0.1)
+    eng = InputEngine(target, target, cfg, "ios")
+    with pytest.raises(ToolError) as e:
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "a"))
+    assert e.value.code == "profile_switch_failed"
+    while [ev[1] for ev in target.events if ev[0] == "switch"] != [ISOLATED, FULL]:
+        target.switched.clear()
+        await asyncio.wait_for(target.switched.wait(), 10)
+    assert target.profile == FULL and eng.held.holding() == []
+    assert not [w for w in target.writes() if w[1] != reports.KEYBOARD_RELEASE]  # no chord sent
+    target.delay_s = 0.0  # the target answers in time again: the next one runs as usual
+    async with eng.invocation("keyboard_tap") as s:
+        await s.run(chord("cmd", "a"))
+    assert target.profile == FULL and target.events[-1] == ("switch", FULL)
+
+
+async def test_a_switch_whose_invocation_is_cancelled_still_ends_on_full() -> None:
+    """Cancelled (the client gone at the HID limit, the stop's drain) while the switch to
+    keyboard-isolated runs: the switch goes on and lands, and the engine brings `full` back."""
+    target = LateSwitchTarget(delay_s=0.3)
+    eng = InputEngine(target, target, FAST, "ios")
+
+    async def chord_tap() -> None:
+        async with eng.invocation("keyboard_tap") as s:
+            await s.run(chord("cmd", "a"))
+
+    task = asyncio.create_task(chord_tap())
+    await asyncio.wait_for(target.begun.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    while [ev[1] for ev in target.events if ev[0] == "switch"] != [ISOLATED, FULL]:
+        target.switched.clear()
+        await asyncio.wait_for(target.switched.wait(), 10)
+    assert target.profile == FULL and eng.held.holding() == []

@@ -45,7 +45,7 @@ async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> 
     results = await asyncio.gather(*tasks, return_exceptions=True)
     refused = [r for r in results if isinstance(r, ToolError)]
     assert [r.code for r in refused] == ["ocr_busy"] and refused[0].retryable
-    service.close()
+    await service.close()
 
 
 async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> None:
@@ -64,4 +64,4 @@ async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> Non
     cx, cy = (px["x0"] + px["x1"]) / 2, (px["y0"] + px["y1"]) / 2
     assert x0 <= cx <= x1 and y0 <= cy <= y1
     assert find(tree, "anna", "exact") == []  # exact is case-sensitive
-    service.close()
+    await service.close()

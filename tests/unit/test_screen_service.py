@@ -14,6 +14,7 @@ import pytest
 
 from daemon.errors import ToolError
 from daemon.frames import Frame
+from daemon.screen.options import ShotOptions, StableOptions
 from daemon.screen.service import Screen
 
 W, H = 320, 200
@@ -74,16 +75,16 @@ def shown(result: dict[str, object]) -> np.ndarray:
 
 async def test_screenshot_is_encoded_from_a_frame() -> None:
     screen = Screen(ProgrammedFrameSource(itertools.repeat(solid(120))))
-    out = await screen.screenshot(quality=90, max_width=160)
+    out = await screen.screenshot(ShotOptions(quality=90, max_width=160))
     assert (out["width"], out["height"], out["format"]) == (160, 100, "jpeg")
     assert abs(float(shown(out).mean()) - 120) < 2
-    png = await screen.screenshot(fmt="png")
+    png = await screen.screenshot(ShotOptions(fmt="png"))
     assert png["format"] == "png" and np.array_equal(shown(png), solid(120))
 
 
 async def test_a_settling_screen_becomes_stable() -> None:
     source = ProgrammedFrameSource(then_forever(solid(10), solid(80), solid(160), solid(240)))
-    out = await Screen(source).wait_for_stable(timeout_ms=60_000, stable_ms=300)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=60_000, stable_ms=300))
     assert out["ok"] is True and out["stable"] is True
     assert out["screen_changed"] is True
     assert out["last_diff"]["changed"] is False  # type: ignore[index]
@@ -94,27 +95,27 @@ async def test_a_settling_screen_becomes_stable() -> None:
 
 async def test_an_unchanging_screen_is_stable_and_unchanged() -> None:
     source = ProgrammedFrameSource(itertools.repeat(solid(50)))
-    out = await Screen(source).wait_for_stable(timeout_ms=60_000, stable_ms=500)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=60_000, stable_ms=500))
     assert (out["stable"], out["screen_changed"]) == (True, False)
     assert source.seq == 5  # 0, 125, ..., 500 ms
 
 
 async def test_a_ticking_status_bar_does_not_keep_the_screen_unstable() -> None:
     source = ProgrammedFrameSource(clock_only(s) for s in itertools.count())
-    out = await Screen(source).wait_for_stable(timeout_ms=60_000, stable_ms=300)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=60_000, stable_ms=300))
     assert (out["stable"], out["screen_changed"]) == (True, False)
 
 
 async def test_a_change_that_came_and_went_still_counts_as_changed() -> None:
     source = ProgrammedFrameSource(then_forever(solid(30), solid(200), solid(30)))
-    out = await Screen(source).wait_for_stable(timeout_ms=60_000, stable_ms=200)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=60_000, stable_ms=200))
     assert (out["stable"], out["screen_changed"]) == (True, True)
     assert abs(float(shown(out).mean()) - 30) < 2
 
 
 async def test_a_never_settling_screen_times_out_with_a_screenshot() -> None:
     source = ProgrammedFrameSource(itertools.cycle([solid(20), solid(220)]))
-    out = await Screen(source).wait_for_stable(timeout_ms=300, stable_ms=200)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=300, stable_ms=200))
     assert out["ok"] is True and out["stable"] is False
     assert out["screen_changed"] is True
     assert out["last_diff"]["changed"] is True  # type: ignore[index]
@@ -125,7 +126,7 @@ async def test_a_never_settling_screen_times_out_with_a_screenshot() -> None:
 
 async def test_stable_ms_zero_is_stable_at_the_first_frame() -> None:
     source = ProgrammedFrameSource(itertools.cycle([solid(20), solid(220)]))
-    out = await Screen(source).wait_for_stable(timeout_ms=1000, stable_ms=0)
+    out = await Screen(source).wait_for_stable(StableOptions(timeout_ms=1000, stable_ms=0))
     assert (out["stable"], out["screen_changed"], source.seq) == (True, False, 1)
     assert "last_diff" not in out
 
@@ -133,7 +134,7 @@ async def test_stable_ms_zero_is_stable_at_the_first_frame() -> None:
 async def test_the_wait_only_uses_frames_captured_after_it_began() -> None:
     source = ProgrammedFrameSource(itertools.repeat(solid(50)))
     before = time.monotonic()
-    await Screen(source).wait_for_stable(timeout_ms=60_000, stable_ms=200)
+    await Screen(source).wait_for_stable(StableOptions(timeout_ms=60_000, stable_ms=200))
     first, *rest = source.asked
     assert first is not None and first >= before
     assert all(t is not None and t > first for t in rest)
@@ -145,7 +146,9 @@ async def test_evidence_with_a_baseline_reports_the_change() -> None:
     baseline = await screen.baseline()
     assert baseline is not None
     acted = time.monotonic()
-    out = await screen.evidence(baseline, wait_stable=True, timeout_ms=60_000, stable_ms=200)
+    out = await screen.evidence(
+        baseline, wait_stable=True, stability=StableOptions(timeout_ms=60_000, stable_ms=200)
+    )
     assert out["screen_stable"] is True and out["screen_changed"] is True
     assert isinstance(out["stable_wait_ms"], int)
     assert abs(float(shown(out).mean()) - 200) < 2
@@ -167,7 +170,9 @@ async def test_evidence_without_a_baseline_omits_screen_changed() -> None:
     source.on = False
     assert await screen.baseline() is None  # best effort: no error
     source.on = True
-    out = await screen.evidence(None, wait_stable=True, timeout_ms=60_000, stable_ms=100)
+    out = await screen.evidence(
+        None, wait_stable=True, stability=StableOptions(timeout_ms=60_000, stable_ms=100)
+    )
     assert "screen_changed" not in out
     assert out["screen_stable"] is True
     assert {"width", "height", "format", "size", "data", "captured_at"} <= set(out)

@@ -1,0 +1,31 @@
+"""The simulated backend: the simulated target plays HID output, profiles and frames at once."""
+
+from __future__ import annotations
+
+from daemon.backends import HidOutput, ProfileControl
+from daemon.config import Config
+from daemon.frames import FrameSource
+from daemon.sim.target import SimTarget
+
+
+class SimulatedBackend:
+    """The simulated target plays all three backends (daemon.sim)."""
+
+    def __init__(self, config: Config):
+        b = config.backend
+        self.target = SimTarget(
+            config.platform,
+            width=b.sim_width or None,
+            height=b.sim_height or None,
+            reenumerate_s=b.sim_reenumerate_s,
+            xkb_names=config.device.layout.xkb,
+        )
+        self.hid: HidOutput = self.target
+        self.profiles: ProfileControl = self.target
+        self.frames: FrameSource = self.target
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

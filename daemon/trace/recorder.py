@@ -1,0 +1,285 @@
+"""The recorder: the catalog's observer that keeps every finished invocation in the store.
+
+The observer runs on the event loop and only enqueues (never blocks, never raises); one writer
+thread turns invocations into rows (redaction, JSON, reduced JPEGs), inserts them in batches and
+prunes by age and size. A write the file system refuses (disk full, read-only folder, I/O error)
+turns recording off for the daemon's life with one log line; health_check shows why, and every
+tool keeps working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from daemon.catalog import Catalog, Invocation
+from daemon.config import TraceConfig
+from daemon.frames import Frame
+from daemon.screen.encode import encode
+from daemon.trace import store
+
+log = structlog.get_logger("daemon.trace")
+
+REDACTED = "[redacted]"
+MAX_ARGS_CHARS = 64 << 10  # a bigger argument document is kept as a preview (not replayable)
+MAX_STRING_CHARS = 16 << 10  # long result strings (shell output) are cut in the record
+BATCH = 256
+# After the first invocation of a batch the writer waits this long for more: one transaction
+# (and one wake-up of this thread) per window instead of one per call, so a burst of calls
+# shares the cost; the record is readable this much later.
+BATCH_WINDOW_S = 0.25
+PENDING_FRAMES = 16  # frames waiting for the writer; past it a new record comes without them
+_STOP = object()
+
+
+def secret_names(schema: Any) -> frozenset[str]:
+    """Names of properties a schema marks as secret (writeOnly: true), at any depth and in any
+    branch (if/then, allOf, items): redacting by name everywhere errs on the safe side."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for name, sub in (node.get("properties") or {}).items():
+                if isinstance(sub, dict) and sub.get("writeOnly") is True:
+                    found.add(name)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return frozenset(found)
+
+
+def redact(value: Any, names: frozenset[str]) -> Any:
+    if not names:
+        return value
+    if isinstance(value, dict):
+        return {k: REDACTED if k in names else redact(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, names) for v in value]
+    return value
+
+
+def slim_result(value: Any) -> Any:
+    """The result without screenshot bytes (kept as images) and with long strings cut."""
+    if isinstance(value, dict):
+        shot = "format" in value and isinstance(value.get("data"), str)
+        return {
+            k: ("[image]" if shot and k == "data" else slim_result(v)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [slim_result(v) for v in value]
+    if isinstance(value, str) and len(value) > MAX_STRING_CHARS:
+        return value[:MAX_STRING_CHARS] + f"...[{len(value) - MAX_STRING_CHARS} chars cut]"
+    return value
+
+
+def _result_json(result: Any) -> str | None:
+    if result is None:
+        return None
+    text = to_json(result)
+    # Most results are small and carry no screenshot: kept as they are, encoded once.
+    if len(text) > MAX_STRING_CHARS or '"format"' in text:
+        text = to_json(slim_result(result))
+    return text
+
+
+# Built once: json.dumps with options builds a new encoder on every call (hot on every record).
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr).encode
+
+
+def to_json(value: Any) -> str:
+    """JSON for the record whatever arrived (a refused call may carry NaN or odd types)."""
+    try:
+        return _encode(value)
+    except (ValueError, TypeError, RecursionError):
+        return json.dumps(repr(value)[:MAX_STRING_CHARS])
+
+
+class Recorder:
+    def __init__(self, catalog: Catalog, state_dir: Path, config: TraceConfig):
+        self.catalog = catalog
+        self.config = config
+        self.path = state_dir / store.DB_NAME
+        self.max_bytes = int(config.max_size_mb * (1 << 20))
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4096)
+        self._pending_frames = 0  # approximate (GIL-atomic int updates); bounds memory only
+        self._facts: dict[str, tuple[str, bool, frozenset[str]]] = {}
+        self.recorded = 0
+        self.dropped = 0
+        self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
+        self._thread: threading.Thread | None = None
+        self.ready = False  # the database exists and is migrated: readers may open it
+
+    # -- on the event loop ------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.disabled_reason:
+            return
+        catalog_observers = self.catalog.observers
+        catalog_observers.append(self.observe)
+        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread.start()
+
+    def observe(self, inv: Invocation) -> None:
+        if self.disabled_reason:
+            return
+        frames = sum(1 for kind, _ in inv.evidence if kind in ("before", "after"))
+        if frames and self._pending_frames + frames > PENDING_FRAMES:
+            inv = _without_frames(inv)  # the writer is behind: keep the record, not the pixels
+            frames = 0
+        try:
+            self._queue.put_nowait(inv)
+            self._pending_frames += frames
+        except queue.Full:
+            self.dropped += 1
+
+    def status(self) -> dict[str, Any]:
+        """The health_check field."""
+        out: dict[str, Any] = {
+            "recording": not self.disabled_reason,
+            "recorded": self.recorded,
+            "dropped": self.dropped,
+        }
+        if self.disabled_reason:
+            out["reason"] = self.disabled_reason
+        return out
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then end the thread (blocking: call it in a thread)."""
+        if self._thread is None:
+            return
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=timeout)
+        self._thread.join(timeout)
+
+    # -- on the writer thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = store.open_writer(self.path)
+            self.path.chmod(0o600)  # audit data: the daemon's user only
+            self.ready = True
+        except (OSError, sqlite3.Error) as exc:
+            self._disable(exc)
+            return
+        last_age_prune = 0.0
+        try:
+            while True:
+                try:
+                    first = self._queue.get(timeout=self.config.prune_interval_s)
+                except queue.Empty:
+                    first = None
+                batch = [] if first is None else [first]
+                if first is not None and first is not _STOP:
+                    time.sleep(BATCH_WINDOW_S)
+                while len(batch) < BATCH:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(item is _STOP for item in batch)
+                invocations = [i for i in batch if i is not _STOP]
+                try:
+                    rows = [self._row(i) for i in invocations]
+                    if rows:
+                        store.insert(conn, rows)
+                        self.recorded += len(rows)
+                    now = time.monotonic()
+                    over = store.used_bytes(conn) > self.max_bytes  # reads 3 header fields
+                    if over or now - last_age_prune >= self.config.prune_interval_s:
+                        removed = store.prune(conn, self.max_bytes, self.config.max_age_s)
+                        last_age_prune = now
+                        if removed:
+                            log.debug("trace_pruned", removed=removed)
+                except (OSError, sqlite3.Error) as exc:
+                    self._disable(exc)
+                    return
+                if stop:
+                    return
+        finally:
+            conn.close()
+
+    def _row(self, inv: Invocation) -> store.Row:
+        frames = [(kind, v) for kind, v in inv.evidence if kind in ("before", "after")]
+        self._pending_frames -= len(frames)
+        policy, hid, names = self._tool_facts(inv.tool)
+        noted = dict(inv.evidence)
+        args_json = to_json(redact(inv.args, names))
+        if len(args_json) > MAX_ARGS_CHARS:
+            args_json = to_json({"args_truncated": True, "preview": args_json[:4096]})
+        values = (
+            inv.id,
+            inv.started_at,
+            inv.started_at + inv.duration_ms / 1000,
+            inv.duration_ms,
+            inv.transport,
+            inv.client,
+            inv.token_id,
+            inv.tool,
+            policy,
+            int(hid),
+            args_json,
+            inv.outcome,
+            inv.error_code,
+            int(inv.client_gone),
+            to_json(noted.get("profile_switches", [])),
+            to_json(noted.get("released", [])),
+            # An input tool's result says what it did (its screenshot is in the images); other
+            # results are left out: bulky (screenshots, shell output), often sensitive, and
+            # encoding each health_check's would be most of the writer's work.
+            _result_json(inv.result) if hid else None,
+        )
+        # The first "before" and the last "after" (drag_start takes two after-shots).
+        chosen: dict[str, Frame] = {}
+        for kind, frame in frames:
+            if kind == "after" or kind not in chosen:
+                chosen[kind] = frame
+        return store.Row(values, tuple(self._image(k, f) for k, f in chosen.items()))
+
+    def _tool_facts(self, name: str) -> tuple[str, bool, frozenset[str]]:
+        """(policy, hid, secret argument names) of a tool, looked up once per name."""
+        facts = self._facts.get(name)
+        if facts is None:
+            try:
+                spec = self.catalog.get(name)
+                facts = (spec.policy, spec.hid, secret_names(self.catalog.args_schema(spec)))
+            except Exception:  # an unknown tool's call is recorded too (tool_not_found)
+                facts = ("read", False, frozenset())
+            if len(self._facts) < 1024:  # unknown names come from callers: keep it bounded
+                self._facts[name] = facts
+        return facts
+
+    def _image(self, kind: str, frame: Frame) -> store.Image:
+        cfg = self.config
+        enc = encode(frame, fmt="jpeg", quality=cfg.image_quality, max_width=cfg.image_max_width)
+        return store.Image(kind, enc.width, enc.height, enc.data)
+
+    def _disable(self, exc: BaseException) -> None:
+        self.disabled_reason = f"{type(exc).__name__}: {exc}"
+        # The one log line: every tool goes on, only the record stops.
+        log.warning("trace_recording_disabled", path=str(self.path), reason=self.disabled_reason)
+        self._pending_frames = 0
+        while True:  # let go of queued frames
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+
+
+def _without_frames(inv: Invocation) -> Invocation:
+    from dataclasses import replace
+
+    kept = tuple((k, v) for k, v in inv.evidence if k not in ("before", "after"))
+    return replace(inv, evidence=kept)

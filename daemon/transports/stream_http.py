@@ -1,0 +1,67 @@
+"""The live view's routes: GET /api/stream, /api/snapshot (daemon/screen/stream.py does the
+work) and GET /api/live, which the Tool Lab polls for the stream's counters and the invocations
+running now (its "driving" badge).
+
+Who may watch is Caller.admit, the rule of every data route of the port: nothing while the
+HTTP guard is disabled, and a phone's screen is private, so off loopback the stream and the
+snapshot need the pairing token (Authorization: Bearer, or ?token= for a plain <img>, which
+cannot send headers). /api/live shows no screen and is open like health_check. Statuses:
+daemon.wire.DATA_STATUS.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from daemon.auth import Auth
+from daemon.catalog import Guard
+from daemon.errors import ToolError
+from daemon.invocations import Running
+from daemon.screen.stream import Params, StreamHub, parse_params
+from daemon.wire import DATA_STATUS, error_body
+
+
+def _error_response(error: ToolError) -> web.Response:
+    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
+
+
+def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
+    """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
+
+    def admit(request: web.Request, what: str) -> Params:
+        auth.caller("http", guard, request, query_token=True).admit(what, private=True)
+        return parse_params(request.query, hub.config)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        try:
+            return await hub.watch(request, admit(request, "stream"))
+        except ToolError as exc:
+            return _error_response(exc)
+
+    async def snapshot(request: web.Request) -> web.Response:
+        try:
+            frame, encoded = await hub.snapshot(admit(request, "snapshot"))
+        except ToolError as exc:
+            return _error_response(exc)
+        return web.Response(
+            body=encoded.data,
+            content_type="image/jpeg",
+            headers={
+                "Cache-Control": "no-store",
+                "X-Frame-Seq": str(frame.seq),
+                "X-Timestamp": f"{frame.captured_at_utc:.6f}",
+            },
+        )
+
+    async def live(request: web.Request) -> web.Response:
+        try:
+            auth.caller("http", guard, request).admit("live")
+        except ToolError as exc:
+            return _error_response(exc)
+        return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
+
+    return [
+        web.get("/api/stream", stream),
+        web.get("/api/snapshot", snapshot),
+        web.get("/api/live", live),
+    ]

@@ -1,0 +1,214 @@
+"""DNS-SD against the real daemon, without a kernel VM: the board's services are heard on a
+configured address (a link-local /32 on `lo`), and nothing is announced on loopback or on an
+interface that is not configured (a veth of our own); re-announced when the address
+comes back; withdrawn at stop. `fingertip discover` prints what a host hears."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from zeroconf import ServiceBrowser, ServiceListener, Zeroconf
+
+from daemon.discovery import BOARD_ID_FILE, FINGERTIP_SERVICE, HTTP_SERVICE
+from tests.service.daemonproc import DaemonProcess
+
+FINGERTIP = Path(sys.executable).with_name("fingertip")
+ADDR = "169.254.231.22"  # ours: other tests use other link-local addresses
+DUMMY, DUMMY_ADDR = "ft-disc0", "169.254.232.22"
+MDNS_GROUP_HEX = "FB0000E0"  # 224.0.0.251 as /proc/net/igmp prints it
+Make = Callable[..., DaemonProcess]
+
+
+def ip(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["ip", *args], capture_output=True)
+
+
+@pytest.fixture
+def addresses() -> Iterator[None]:
+    """ADDR on lo (configured in the tests), and an interface with an address that is not."""
+    made = ip("addr", "add", f"{ADDR}/32", "dev", "lo")
+    if made.returncode != 0:
+        pytest.skip(f"cannot add a test address (needs root and iproute2): {made.stderr!r}")
+    try:
+        # A veth pair: an interface that has multicast, unlike lo, and that nobody configured.
+        made = ip("link", "add", DUMMY, "type", "veth", "peer", "name", DUMMY + "p")
+        if made.returncode != 0:
+            pytest.skip(f"cannot add a veth interface: {made.stderr!r}")
+        ip("link", "set", DUMMY + "p", "up")
+        ip("link", "set", DUMMY, "up")
+        ip("addr", "add", f"{DUMMY_ADDR}/32", "dev", DUMMY)
+        yield
+    finally:
+        ip("addr", "del", f"{ADDR}/32", "dev", "lo")
+        ip("link", "del", DUMMY)
+
+
+class Heard(ServiceListener):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.changed = threading.Condition()
+
+    def add_service(self, zc: Zeroconf, type_: str, name: str) -> None:
+        with self.changed:
+            self.names.add(name)
+            self.changed.notify_all()
+
+    def update_service(self, zc: Zeroconf, type_: str, name: str) -> None:
+        self.add_service(zc, type_, name)
+
+    def remove_service(self, zc: Zeroconf, type_: str, name: str) -> None:
+        with self.changed:
+            self.names.discard(name)
+            self.changed.notify_all()
+
+    def wait(self, pred: Callable[[set[str]], bool], timeout: float = 20.0) -> set[str]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: pred(self.names), timeout), self.names
+            return set(self.names)
+
+
+class Browser:
+    """A host browsing on one address, with a fresh cache."""
+
+    def __init__(self, address: str, service: str = FINGERTIP_SERVICE) -> None:
+        self.zc = Zeroconf(interfaces=[address])
+        self.heard = Heard()
+        self.browser = ServiceBrowser(self.zc, service, self.heard)
+
+    def close(self) -> None:
+        self.browser.cancel()
+        self.zc.close()
+
+
+def mdns_members() -> dict[str, int]:
+    """Interface -> how many sockets joined 224.0.0.251 there (from /proc/net/igmp)."""
+    out: dict[str, int] = {}
+    device = ""
+    for line in Path("/proc/net/igmp").read_text().splitlines()[1:]:
+        if not line.startswith((" ", "\t")):
+            device = line.split()[1].rstrip(":")
+        elif line.split()[0] == MDNS_GROUP_HEX:
+            out[device] = out.get(device, 0) + int(line.split()[1])
+    return out
+
+
+def daemon_udp_ports(pid: int) -> list[tuple[str, int]]:
+    """(local address, port) of each UDP socket the process holds."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("udp", "udp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                host, port = fields[1].split(":")
+                found.append((host, int(port, 16)))
+    return found
+
+
+def wait_for_event(d: DaemonProcess, event: str, count: int = 1, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(e.get("event") == event for e in d.log_events()) < count:
+        assert time.monotonic() < deadline, f"no {event} x{count} in:\n{d.logs()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_nothing_is_announced_with_loopback_only(make_daemon: Make) -> None:
+    d = make_daemon({"server": {"listen": ["127.0.0.1", "::1"]}})
+    assert d.proc is not None
+    wait_for_event(d, "discovery_off")
+    assert [p for p in daemon_udp_ports(d.proc.pid) if p[1] == 5353] == []
+
+
+def test_announced_only_where_configured_and_found_again(
+    make_daemon: Make, addresses: None
+) -> None:
+    before = mdns_members()
+    d = make_daemon({"server": {"listen": ["127.0.0.1", ADDR]}, "discovery": {"name": "rack 7"}})
+    assert d.proc is not None
+    wait_for_event(d, "discovery_announced")
+    board = (d.state_dir / BOARD_ID_FILE).read_text().strip()
+
+    # The daemon joined the mDNS group on lo (where ADDR is) and nowhere else: not on the
+    # unconfigured interface; its sockets are the mDNS one and ADDR's responder only.
+    after = mdns_members()
+    assert after.get("lo", 0) > before.get("lo", 0)
+    assert after.get(DUMMY, 0) == 0
+    ours = daemon_udp_ports(d.proc.pid)
+    assert {host for host, _ in ours} <= {"00000000", "16E7FEA9"}, ours  # 0.0.0.0, ADDR
+
+    host = Browser(ADDR)
+    web = Browser(ADDR, HTTP_SERVICE)
+    try:
+        host.heard.wait(lambda n: f"rack 7.{FINGERTIP_SERVICE}" in n)
+        web.heard.wait(lambda n: f"rack 7.{HTTP_SERVICE}" in n)
+        info = host.zc.get_service_info(FINGERTIP_SERVICE, f"rack 7.{FINGERTIP_SERVICE}", 3000)
+        assert info is not None and info.port == d.port
+        assert info.parsed_addresses() == [ADDR]
+        assert info.decoded_properties == {
+            "version": "0.1.0",
+            "device_type": "iOS",
+            "platform": "ios",
+            "tools": "/api/tools",
+            "ws": "/api/ws",
+            "mcp": "/mcp",
+            "board_id": board,
+        }
+    finally:
+        web.close()
+
+    # What a host with many boards runs: one JSON line per board.
+    proc = subprocess.run(
+        [str(FINGERTIP), "discover", "--seconds", "1.5", "--interface", ADDR],
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    boards = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    ours_listed = [b for b in boards if b["txt"].get("board_id") == board]
+    assert ours_listed == [
+        {
+            "name": "rack 7",
+            "host": f"fingertip-{board[:12]}.local.",
+            "addresses": [ADDR],
+            "port": d.port,
+            "txt": info.decoded_properties,
+        }
+    ]
+
+    # The address goes (the USB link while an iOS target is isolated) and comes back: the
+    # board answers a host with an empty cache again, from fresh sockets.
+    host.close()
+    ip("addr", "del", f"{ADDR}/32", "dev", "lo")
+    wait_for_event(d, "discovery_waiting")
+    ip("addr", "add", f"{ADDR}/32", "dev", "lo")
+    wait_for_event(d, "discovery_announced", count=2)
+    host = Browser(ADDR)
+    try:
+        host.heard.wait(lambda n: f"rack 7.{FINGERTIP_SERVICE}" in n)
+        # Stopped: the goodbye takes it away from the host's view at once.
+        assert d.stop() == 0
+        host.heard.wait(lambda n: f"rack 7.{FINGERTIP_SERVICE}" not in n)
+    finally:
+        host.close()
+    wait_for_event(d, "discovery_withdrawn")
+
+
+def test_discovery_off_binds_nothing(make_daemon: Make, addresses: None) -> None:
+    d = make_daemon({"server": {"listen": [ADDR]}, "discovery": {"enabled": False}})
+    assert d.proc is not None
+    wait_for_event(d, "discovery_off")
+    assert [p for p in daemon_udp_ports(d.proc.pid) if p[1] == 5353] == []

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import structlog
 
 from daemon.errors import ToolError
@@ -35,7 +37,10 @@ ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 # board; the speed target (a 1080x1920 frame in <= 1.5 s) is met on one core of this machine.
 OCR_THREADS = 1
 MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
-DET_LONG_SIDE = 1280
+DET_LONG_SIDE = 1280  # the detector's input: a 1080x1920 frame at 2/3 (bench_ocr's table)
+# Text crops per recognition run. One: a batch is padded to its widest crop, and on one thread
+# the padding costs more than the runs it saves (bench_ocr: 1 vs 4 vs 6 vs 16), and less memory.
+REC_BATCH = 1
 CACHED_FRAMES = 8  # trees kept, newest first: a snapshot id stays usable for this many frames
 
 
@@ -78,7 +83,13 @@ class RapidEngine:
 
     name = "rapidocr"
 
-    def __init__(self, threads: int = OCR_THREADS) -> None:
+    def __init__(
+        self,
+        threads: int = OCR_THREADS,
+        det_long_side: int = DET_LONG_SIDE,
+        detect_on_ink: bool = True,
+        rec_batch: int = REC_BATCH,
+    ) -> None:
         from rapidocr import RapidOCR  # heavy: onnxruntime and the models load here
 
         models = Path(importlib.util.find_spec("rapidocr").origin or "").parent / "models"  # type: ignore[union-attr]
@@ -91,15 +102,21 @@ class RapidEngine:
             # Explicit paths into the wheel: never the downloader.
             "Det.model_path": str(models / "PP-OCRv6_det_small.onnx"),
             "Rec.model_path": str(models / "PP-OCRv6_rec_small.onnx"),
-            # Detection on the frame scaled to a 1280 px long side: a 1080x1920 screen's text
-            # is then the size the detector finds best (at full size it missed labels on the
-            # simulated home screen), and it is ~2x faster.
+            # Detection on the frame scaled to a long side of det_long_side (RapidOCR's default
+            # keeps the short side >= 736 px, i.e. a phone frame at full size). Accuracy and
+            # speed per setting: tests/bench/bench_ocr.py.
             "Det.limit_type": "max",
-            "Det.limit_side_len": DET_LONG_SIDE,
-            "Rec.rec_batch_num": 16,  # fewer, larger batches: ~25 % faster recognition
+            "Det.limit_side_len": det_long_side,
+            "Rec.rec_batch_num": rec_batch,
         }
         self.params = params
-        self._ocr = RapidOCR(params=params)
+        ocr: Any = RapidOCR(params=params)
+        if detect_on_ink:
+            # The detector runs on the frame's ink (see ink()); recognition reads the frame
+            # itself. RapidOCR 3.x's pipeline calls text_det(img) and crops `img`, so a wrapper
+            # there is enough (pyproject keeps rapidocr < 4; deploy ships the version tested).
+            ocr.text_det = InkDetector(ocr._load_det_model())
+        self._ocr = ocr
         self.version = f"rapidocr {importlib.metadata.version('rapidocr')}, PP-OCRv6 small"
 
     def read(self, image: Image) -> list[Line]:
@@ -112,6 +129,45 @@ class RapidEngine:
         ):
             lines.append(_line(points, str(text), float(score), words))
         return lines
+
+
+# ink()'s windows, in pixels. The stroke window is wider than text strokes and the gaps between
+# letters (a 12 pt label at 3x is ~25 px high; an icon's glyph strokes ~15 px) and far narrower
+# than app icons (~160 px on a 1080-wide phone). The polarity window is wider, so inside an icon
+# the icon's colour, not its glyph's, is the background.
+STROKE_WINDOW = 31
+POLARITY_WINDOW = 61
+
+
+def ink(image: Image) -> Image:
+    """The frame as dark text on white, for the detector. Why: beside large flat coloured areas
+    (app icons) PP-OCR's detector loses small text: on a 1080x1920 home screen it missed a
+    quarter of the labels under the icons and half the icons' glyphs, at every input scale tried.
+
+    Each pixel's distance from its local background, inverted. The background of dark text is
+    the grey closing (the text filled in), of light text the opening; the median of a wider
+    window tells which one this pixel sits in. Flat areas of any colour, corners included (a
+    rectangle is its own opening and closing), come out white like the page.
+    """
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+    kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (STROKE_WINDOW, STROKE_WINDOW))
+    closed = cv2.morphologyEx(grey, cv2.MORPH_CLOSE, kernel)
+    opened = cv2.morphologyEx(grey, cv2.MORPH_OPEN, kernel)
+    median = cv2.medianBlur(grey, POLARITY_WINDOW)
+    on_light = cv2.absdiff(closed, median) <= cv2.absdiff(opened, median)
+    background = np.where(on_light, closed, opened).astype(np.uint8)
+    out = cv2.cvtColor(cv2.bitwise_not(cv2.absdiff(grey, background)), cv2.COLOR_GRAY2BGR)
+    return np.asarray(out, np.uint8)
+
+
+class InkDetector:
+    """RapidOCR's text detector, run on ink(img): the boxes are in img's pixels (same size)."""
+
+    def __init__(self, detector: Any) -> None:
+        self.detector = detector
+
+    def __call__(self, img: Image) -> Any:
+        return self.detector(ink(img))
 
 
 def _line(points: Any, text: str, score: float, word_results: Any) -> Line:

@@ -19,12 +19,6 @@ pytestmark = pytest.mark.skipif(not engine_installed(), reason="OCR engine not i
 
 REQUIRED_RECALL = 0.95
 SCREENS = {s.name: s for s in (*sim_screens(), *varied_screens())}
-# Known gap, measured: on the simulated home screen (big letter icons over small labels) the
-# PP-OCRv6 small detector misses some labels at every scale tried (64-80 % of the words there;
-# every other screen reads 100 %). strict: once it passes, the mark must go.
-KNOWN_GAP = pytest.mark.xfail(
-    strict=True, reason="detector misses some home-screen labels (see the accuracy table)"
-)
 ROWS: list[str] = []
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "ocr-accuracy.txt"
 
@@ -33,7 +27,8 @@ ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "ocr-accurac
 def engine(request: pytest.FixtureRequest) -> Iterator[RapidEngine]:
     yield RapidEngine()
     header = f"{'screen':28s} {'words':>5s} {'recall':>7s} {'centered':>8s} {'ms':>6s}"
-    table = "\n".join(["OCR accuracy (rapidocr, PP-OCRv6 small)", header, *ROWS])
+    title = "OCR accuracy (rapidocr, PP-OCRv6 small, detection on the frame's ink)"
+    table = "\n".join([title, header, *ROWS])
     ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.write_text(table + "\n")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -41,10 +36,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[RapidEngine]:
         reporter.write_line("\n" + table)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=KNOWN_GAP) if n.endswith("home") else n for n in SCREENS],
-)
+@pytest.mark.parametrize("name", list(SCREENS))
 def test_ocr_reads_the_screen(engine: RapidEngine, name: str) -> None:
     screen: Screen = SCREENS[name]
     started = time.monotonic()

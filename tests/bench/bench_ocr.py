@@ -37,7 +37,15 @@ import cv2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from daemon.frames import Frame
-from daemon.screen.ocr import DET_LONG_SIDE, REC_BATCH, Ocr, RapidEngine, Reading, ink
+from daemon.screen.ocr import (
+    DET_LONG_SIDE,
+    REC_BATCH,
+    Ocr,
+    RapidEngine,
+    Reading,
+    give_back_memory,
+    ink,
+)
 from daemon.screen.visual_tree import Tree, find
 from daemon.tools.text import same_screen
 from tests.ocr_screens import score, sim_screens, varied_screens
@@ -46,9 +54,9 @@ from tests.service.daemonproc import DaemonProcess
 RUNS = 5
 
 
-def rss_mb() -> float:
+def rss_mb(field: str = "VmRSS") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -73,10 +81,13 @@ def in_process() -> None:
     screens.append(next(iter(varied_screens())))
     engine.read(screens[0].image)
     first = rss_mb()
+    give_back_memory()  # as the service does after every read
+    trimmed = rss_mb()
     print(f"RSS: {before:.0f} MB before; Ocr() made +{made - before:.1f} MB (engine not loaded)")
     print(
         f"     engine loaded +{loaded - made:.0f} MB in {ocr.load_ms} ms; after the first "
-        f"1080x1920 read +{first - made:.0f} MB"
+        f"1080x1920 read +{first - made:.0f} MB, +{trimmed - made:.0f} MB once the read's "
+        f"freed memory is given back; peak +{rss_mb('VmHWM') - made:.0f} MB"
     )
     for s in screens:
         ocr_ms = median_ms(lambda s=s: engine.read(s.image), RUNS)

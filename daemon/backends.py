@@ -50,6 +50,9 @@ class Backend(Protocol):
     profiles: ProfileControl
     frames: FrameSource
 
-    async def start(self) -> None: ...
+    async def start(self) -> bool:
+        """Bring the backend up. True when the target may still hold keys, buttons or contacts
+        from before this daemon (it was not re-enumerated): the engine then releases them."""
+        ...
 
     async def close(self) -> None: ...

@@ -6,9 +6,10 @@ descriptors). Every rebind re-creates each /dev/hidgN of the gadget, so after a 
 writers and the LED reader reopen their nodes: old descriptors fail with ESHUTDOWN.
 
 At start the backend reconciles: whatever is live (nothing, or `keyboard-isolated` left by a
-crash mid-isolation) becomes the `full` profile, bound, and a no-op when it already is. At
-close it releases everything and leaves the gadget bound with `full`; tearing it down is the
-systemd unit's ExecStopPost.
+crash mid-isolation) becomes the `full` profile, bound, and a no-op when it already is (then
+the host kept what a predecessor pressed, and the engine releases it). At close it leaves the
+gadget bound with `full`; tearing it down is the systemd unit's ExecStopPost. Releasing is the
+input engine's: the writers only write.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class BoardHid:
     def __init__(self, settings: GadgetSettings, platform: str) -> None:
         self.settings = settings
         self._hid_roles = {"pointer": pointer_for(platform).role}  # mouse or touchscreen
-        self._writers: dict[str, hidg.HidWriter] = {}  # every role ever seen (keeps positions)
+        self._writers: dict[str, hidg.HidWriter] = {}  # every role ever seen
         self._live: frozenset[str] = frozenset()  # roles the live profile has a node for
         self._leds: hidg.LedReader | None = None
 
@@ -109,14 +110,6 @@ class BoardHid:
         if writer is None:
             raise TargetNotAttached(f"{role}: the live USB profile has no {role} function")
         await writer.write(report)
-
-    async def release_all(self) -> list[tuple[str, GadgetError]]:
-        """All-up reports on every live function, repeated as configured."""
-        return await hidg.release_all(
-            [self._writers[r] for r in sorted(self._live)],
-            repeat=self.settings.release_repeat,
-            interval=self.settings.release_interval,
-        )
 
     def close(self) -> None:
         for writer in self._writers.values():
@@ -245,17 +238,15 @@ class BoardBackend:
             "leds_known": self.writers.led_reports()[1] is not None,
         }
 
-    async def start(self) -> None:
-        """Reconcile to `full`; when nothing changed the host kept its state from before us
-        (a crash mid-tap?), so let go of every key, button and contact."""
-        changed = await self.board_profiles.reconcile()
-        if not changed:
-            await self.writers.release_all()
+    async def start(self) -> bool:
+        """Reconcile to `full`. True when nothing changed: the host kept its state from before
+        us (a crash mid-tap?) and may still hold keys, buttons or contacts."""
+        return not await self.board_profiles.reconcile()
 
     async def close(self) -> None:
-        """Release everything, leave `full` bound, close the writers and the capture."""
+        """Leave `full` bound (the engine's stop restored it already, unless it could not),
+        close the writers and the capture."""
         try:
-            await self.writers.release_all()
             if self.board_profiles.profile != FULL:
                 log.warning("board.restoring_full_at_close", live=self.board_profiles.profile)
                 await self.board_profiles.switch_profile(FULL)

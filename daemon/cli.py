@@ -52,7 +52,7 @@ commands:
                                txt}; --interface ADDR (repeatable) limits the browse to the
                                interfaces with those addresses. Needs no daemon on this machine.
 
-Exactly one JSON object is printed on stdout, discriminated by "type":
+catalog, call and trace print exactly one JSON object on stdout, discriminated by "type":
   complete           {"document": the tool's result}
   qualified          {"document": the result plus "qualification": a sentence the caller must
                      read, e.g. the screen never settled after an action, a shell command timed
@@ -79,7 +79,7 @@ Exactly one JSON object is printed on stdout, discriminated by "type":
                                --limit; --id ID for one invocation
 
 Exit status: 0 whenever one reply was printed (whatever its type); 1 when stdout could not be
-written. --help exits 0.
+written, or when discover could not browse (its reason on stderr). --help exits 0.
 
 The socket is --socket, else $FINGERTIP_SOCKET, else /run/fingertip/ipc.sock (`make run` uses
 .fingertip/ipc.sock in the clone).

@@ -22,7 +22,7 @@ import jsonschema
 from daemon.screen.options import STABLE
 from daemon.wire import WireError, check
 from gadget import layouts
-from gadget.settings import GadgetSettings
+from gadget.settings import GadgetSettings, retired_keys
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
 GUARD_PRESETS = ("disabled", "read-only", "read-write", "full-access")
@@ -302,6 +302,15 @@ class StreamConfig:
         10.0, _num(0.5, 600), "a viewer whose socket takes no frame for this long is dropped"
     )
 
+    def __post_init__(self) -> None:  # bounds the schema cannot relate to each other
+        if not self.min_quality <= self.default_quality <= self.max_quality:
+            raise ValueError(
+                f"min_quality <= default_quality <= max_quality, got {self.min_quality}, "
+                f"{self.default_quality}, {self.max_quality}"
+            )
+        if self.default_fps > self.max_fps:
+            raise ValueError(f"default_fps {self.default_fps:g} is above max_fps {self.max_fps:g}")
+
 
 @dataclass(frozen=True)
 class ShellConfig:
@@ -371,6 +380,9 @@ class Config:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     gadget: GadgetSettings = field(default_factory=GadgetSettings)
     source: str = "<defaults>"
+    # (key, what replaces it) for each retired key the file still has: accepted, ignored, and
+    # warned about once when the daemon starts.
+    retired: tuple[tuple[str, str], ...] = ()
 
     @property
     def platform(self) -> str:
@@ -385,7 +397,7 @@ class Config:
 _SECTIONS: dict[str, type[Any]] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in dataclasses.fields(Config)
-    if f.name not in ("gadget", "source")
+    if f.name not in ("gadget", "source", "retired")
 }
 
 
@@ -427,12 +439,18 @@ def from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> Config:
     errors = sorted(_VALIDATOR.iter_errors(dict(data)), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(f"{source}: {_describe(errors[0])}")
-    sections: dict[str, Any] = {name: cls(**data.get(name, {})) for name, cls in _SECTIONS.items()}
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        try:
+            sections[name] = cls(**data.get(name, {}))
+        except ValueError as exc:  # a section's own cross-checks (__post_init__)
+            raise ConfigError(f"{source}: {name}: {exc}") from None
     try:
         gadget = GadgetSettings.from_table(data.get("gadget", {}))
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return Config(**sections, gadget=gadget, source=source)
+    retired = tuple(retired_keys(data.get("gadget", {})))
+    return Config(**sections, gadget=gadget, source=source, retired=retired)
 
 
 def load(path: Path | None = None) -> Config:

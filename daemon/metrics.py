@@ -48,9 +48,8 @@ from gadget.errors import GadgetError
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# /metrics is a read: it needs what a read tool needs (no token off loopback, the HTTP guard's
-# discovery and execution on), and Host and Origin are checked by the security middleware.
-POLICY = "read"
+# Who may scrape is Caller.admit (open like a read tool: no token off loopback, nothing while
+# the HTTP guard is disabled); Host and Origin are checked by the security middleware.
 # A tool name the catalog does not know (a typo, a hostile client) is counted under this one
 # label value: every distinct name sent would otherwise grow the series without bound.
 UNKNOWN_TOOL = "_unknown"
@@ -130,6 +129,7 @@ class Metrics:
         self.last_frame_at: float | None = None  # monotonic capture time of the newest frame
         self._last_seq = 0
         self._known_tools: frozenset[str] = frozenset()
+        self._children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 
     def known_tools(self, names: Iterable[str]) -> None:
         self._known_tools = frozenset(names)
@@ -139,8 +139,15 @@ class Metrics:
     def observe_invocation(self, inv: Invocation) -> None:
         """The catalog observer: two counter updates, nothing that blocks."""
         tool = inv.tool if inv.tool in self._known_tools else UNKNOWN_TOOL
-        self.invocations.labels(tool, inv.transport, inv.outcome, inv.error_code or "").inc()
-        self.invocation_seconds.labels(tool, inv.transport).observe(inv.duration_ms / 1000)
+        key = (tool, inv.transport, inv.outcome, inv.error_code or "")
+        children = self._children.get(key)  # labels() on every call was most of this observer
+        if children is None:  # bounded: known tools x transports x outcomes x error codes
+            children = self._children[key] = (
+                self.invocations.labels(*key),
+                self.invocation_seconds.labels(tool, inv.transport),
+            )
+        children[0].inc()
+        children[1].observe(inv.duration_ms / 1000)
 
     def saw_frame(self, frame: Frame) -> None:
         # The source numbers its frames (+1 each, from 1): the step since the last one seen is

@@ -158,8 +158,10 @@ class Daemon:
             raise
 
     async def _start(self) -> None:
-        await self.backend.start()
-        self._on_stop(self.backend.close)  # last: the gadget released and `full` left bound
+        inherited = await self.backend.start()
+        self._on_stop(self.backend.close)  # last: `full` left bound
+        if inherited:  # the host may still hold what a crashed daemon pressed
+            await self.rt.engine.release_everything()
         self.recorder.start()
         # Before the backend closes, after the last invocation ended (the drain runs first).
         self._on_stop(lambda: asyncio.to_thread(self.recorder.stop))
@@ -224,6 +226,8 @@ class Daemon:
 
 async def serve(config: Config) -> None:
     wire.use_orjson()  # the daemon's wire parser (the CLI keeps json alone)
+    if config.retired:  # accepted (an upgrade must not stop a board's daemon), said once
+        log.warning("config_keys_retired", source=config.source, ignored=dict(config.retired))
     ensure_state_dir(config.state_dir)
     limits.throttle_accept_errors(asyncio.get_running_loop())  # before anything listens
     daemon = build(config)
@@ -258,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fingertipd: {exc}", file=sys.stderr)
         return 2
     if args.check:
+        for key, use in config.retired:
+            print(f"fingertipd: {config.source}: {key} is retired and ignored; use {use}")
         print(f"fingertipd: {config.source}: ok")
         return 0
     configure_logging(config.log.level, config.log.format)

@@ -361,6 +361,9 @@ def _pip(*args: str, what: str) -> None:
 def build_wheel(out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    # setuptools builds in the tree and copies into build/lib over what an earlier build left
+    # there: a module since moved or deleted (daemon/tools/input.py) would ship again.
+    shutil.rmtree(PROJECT / "build", ignore_errors=True)
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(PROJECT), what="pip wheel")
     (wheel,) = out.glob("fingertip-*.whl")
     return wheel
@@ -394,8 +397,9 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
     pins.write_text(constraints(freeze))
     target = pip_download_args(facts)
     key = wheelhouse_key(pins.read_text(), target, wheel_requirements(wheel))
-    stamp = out / ".made-of"
-    if not (stamp.is_file() and stamp.read_text() == key):
+    stamp = out / ".made-of"  # the key, then the wheels it gave: all must still be there
+    made = stamp.read_text().split("\n") if stamp.is_file() else []
+    if not (made[:1] == [key] and all((out / name).is_file() for name in made[1:])):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         _pip(
@@ -404,7 +408,8 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
             what=f"the wheelhouse for {facts.arch} / CPython "
             f"{'.'.join(map(str, facts.python))} ({wheelhouse_hint(facts.arch)})",
         )  # fmt: skip
-        stamp.write_text(key)  # last: a download cut short is not taken for a wheelhouse
+        names = sorted(p.name for p in out.glob("*.whl"))
+        stamp.write_text("\n".join([key, *names]))  # last: a download cut short is not reused
     return sorted(p for p in out.glob("*.whl") if not p.name.startswith("fingertip-"))
 
 

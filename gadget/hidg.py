@@ -3,6 +3,9 @@
 A write that the target does not take within its deadline is an error, never a silent
 success (a real bug in one project). Any failure closes the descriptor: after a
 re-enumeration old descriptors keep failing, so the next write opens the node afresh.
+
+A writer is a plain writer: it remembers nothing about what it sent. What the target may
+still hold, and releasing it, is the input engine's (daemon/engine).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
@@ -31,8 +33,6 @@ NOT_ATTACHED = frozenset(
         errno.ECONNRESET,
     }
 )
-
-_CENTER = (reports.ABS_MAX + 1) // 2
 
 
 def _error(exc: OSError, role: str, path: Path, doing: str) -> GadgetError:
@@ -66,15 +66,13 @@ async def _wait_writable(fd: int, timeout: float) -> None:
 
 
 class HidWriter:
-    """One /dev/hidgN. `role` is the descriptor's role (keyboard, mouse, touchscreen, consumer):
-    it decides the release report."""
+    """One /dev/hidgN. `role` is the descriptor's role (keyboard, mouse, touchscreen, consumer),
+    named in errors."""
 
     def __init__(self, path: Path, role: str, *, timeout: float = 0.75) -> None:
         self.path = path
         self.role = role
         self.timeout = timeout
-        # The absolute mouse's release must repeat the last position or the pointer jumps.
-        self.last_position: tuple[int, int] | None = None
         self._fd: int | None = None
         self._lock = asyncio.Lock()  # one writer at a time: add_writer holds one callback per fd
 
@@ -130,55 +128,7 @@ class HidWriter:
                         f"{self.role}: short write to {self.path} ({written} of {len(report)})",
                         code="hid_io_failed",
                     )
-                self._remember(report)
                 return
-
-    def _remember(self, report: bytes) -> None:
-        if self.role == "mouse" and len(report) == reports.MOUSE_REPORT_LENGTH:
-            state = reports.unpack_mouse(report)
-            self.last_position = (state.x, state.y)
-
-    def release_report(self) -> bytes:
-        """The all-up report; the mouse's stays where it was (the centre if never moved)."""
-        if self.role == "mouse":
-            x, y = self.last_position or (_CENTER, _CENTER)
-            return reports.mouse_release(x, y)
-        return reports.release_report(self.role)
-
-
-async def release_all(
-    writers: Iterable[HidWriter],
-    *,
-    repeat: int = 3,
-    interval: float = 0.015,
-    timeout: float | None = None,
-) -> list[tuple[str, GadgetError]]:
-    """Send every writer's all-up report `repeat` times `interval` apart (some phones miss a
-    single release). Continues past failures; returns (role, last error) for each writer no
-    release reached. A writer whose target is not attached is not retried: the host drops
-    its state on re-enumeration anyway. Callers running this after a cancellation shield it.
-    """
-    everyone = list(writers)
-    pending = everyone
-    reached: set[int] = set()
-    errors: dict[int, GadgetError] = {}
-
-    async def one(writer: HidWriter) -> None:
-        try:
-            await writer.write(writer.release_report(), timeout)
-            reached.add(id(writer))
-        except GadgetError as exc:
-            errors[id(writer)] = exc
-
-    for attempt in range(repeat):
-        if attempt:
-            await asyncio.sleep(interval)
-        await asyncio.gather(*(one(w) for w in pending))
-        pending = [w for w in pending if not isinstance(errors.get(id(w)), TargetNotAttached)]
-    failed = [(w.role, errors[id(w)]) for w in everyone if id(w) not in reached]
-    for role, exc in failed:
-        log.warning("hidg.release_failed", role=role, code=exc.code, error=exc.message)
-    return failed
 
 
 class LedReader:

@@ -115,13 +115,19 @@ def parse_label(label: str) -> tuple[str, tuple[str, ...]] | None:
     return name, tuple(rest.split())
 
 
+def has_role(name: str, role: str) -> bool:
+    """Whether profile `name` has the function `role`: `full` has all, `keyboard-isolated` all
+    but the pointer (it is the pointer that makes iOS take modifiers as shortcuts)."""
+    return name == FULL or role != "pointer"
+
+
 def build_profile(name: str, platform: str, settings: GadgetSettings) -> Profile:
     """The profile `name` for a `platform` target, in the settings' function order."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; valid: {', '.join(PROFILES)}")
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
-    roles = [r for r in settings.function_order if name == "full" or r != "pointer"]
+    roles = [r for r in settings.function_order if has_role(name, r)]
     functions = tuple(_function(role, platform, settings) for role in roles)
     return Profile(
         name=name,

@@ -129,10 +129,6 @@ class GadgetSettings:
     node_access_timeout: float = _seconds(10.0, 0.1, 120)
     settle_delay: float = _seconds(0.5, 0, 10)
     write_timeout: float = _seconds(0.75, 0.01, 10)
-    release_repeat: int = _key(
-        3, {"type": "integer", "minimum": 1, "maximum": 10}, "an integer 1..10"
-    )
-    release_interval: float = _seconds(0.015, 0, 1)
 
     def __post_init__(self) -> None:
         # Invariants across keys; single-key checks live in the schema.
@@ -162,7 +158,9 @@ class GadgetSettings:
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> GadgetSettings:
-        """Validate a [gadget] TOML table; ValueError names the first bad key."""
+        """Validate a [gadget] TOML table; ValueError names the first bad key. Retired keys
+        are ignored (see RETIRED)."""
+        table = {key: value for key, value in table.items() if key not in RETIRED}
         unknown = sorted(set(table) - set(_FIELDS))
         if unknown:
             raise ValueError(f"gadget.{unknown[0]}: unknown key (known: {', '.join(_FIELDS)})")
@@ -175,6 +173,20 @@ class GadgetSettings:
             convert = _FIELDS[key].metadata["convert"]
             kwargs[key] = convert(value) if convert else value
         return cls(**kwargs)
+
+
+# Keys an earlier release had, and the key that does their job now. A board config that still
+# has one is not refused (an upgrade must never stop a board's daemon): from_table ignores it and
+# retired_keys names it, so the daemon can say once what to use instead.
+RETIRED = {
+    "release_repeat": "input.release_repeats",
+    "release_interval": "input.release_interval_ms",
+}
+
+
+def retired_keys(table: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(gadget.<key>, its replacement) for each retired key in a [gadget] table."""
+    return [(f"gadget.{key}", RETIRED[key]) for key in sorted(table) if key in RETIRED]
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GadgetSettings)}

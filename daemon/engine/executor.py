@@ -8,29 +8,40 @@ at most SPIN_S of busy-yielding per report.
 
 Held tracks what the target may still hold, so whoever ends an invocation can release exactly
 that: the last report written per role, and the roles whose last write did not complete (the
-report may or may not have reached the host, so they are released anyway).
+report may or may not have reached the host, so they are released anyway). It is the one record
+of what was sent: the gadget's writers remember nothing. `release` plays release programs, where
+no failed write may stop the writes after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from daemon.backends import HidOutput
 from daemon.engine.program import Step, pointer_held, pointer_release
 from gadget import reports
+from gadget.errors import GadgetError
 
 SPIN_S = 0.0015
 
 
 class Held:
-    """What the target may still hold, per role."""
+    """What the target may still hold, per role, and where the absolute pointer was sent."""
 
     def __init__(self, pointer_kind: str):
         self.pointer_kind = pointer_kind
         self.last: dict[str, bytes] = {}
         self.unsure: set[str] = set()
+        # The last pointer report before the host last re-enumerated: a mouse released with
+        # nothing sent since goes up there, not at the centre (that would move the cursor).
+        self._pointer_before: bytes | None = None
+
+    def suspect(self, roles: Iterable[str]) -> None:
+        """Nothing is known about what these roles hold (a crashed predecessor's keys, the
+        stop): take them as held, so the next release covers them."""
+        self.unsure.update(roles)
 
     def is_held(self, role: str) -> bool:
         if role in self.unsure:
@@ -47,12 +58,14 @@ class Held:
 
     def release_report(self, role: str) -> bytes:
         if role == "pointer":
-            return pointer_release(self.pointer_kind, self.last.get("pointer"))
+            last = self.last.get("pointer", self._pointer_before)
+            return pointer_release(self.pointer_kind, last)
         return reports.release_report(role)
 
     def forget(self) -> None:
         """The host re-enumerated: it let go of everything, and where its cursor is now is
         unknown (the next press moves there first)."""
+        self._pointer_before = self.last.get("pointer", self._pointer_before)
         self.last.clear()
         self.unsure.clear()
 
@@ -92,3 +105,36 @@ async def execute(
         if unsure:
             unsure.discard(role)
     return t0
+
+
+async def release(
+    hid: HidOutput, program: Sequence[Step], timeout_s: float
+) -> dict[str, tuple[int, GadgetError | TimeoutError]]:
+    """Play a release program (prog.release_program) so that nothing cuts it short: each role's
+    steps run beside the others' on the same absolute deadlines (a role whose target stalls
+    delays no other role's release), each write has `timeout_s` of its own, and a refused
+    write does not stop the ones after it (a target that was re-enumerating may take the next).
+    Returns (reports delivered, last error) for each role that had a write fail.
+    """
+    t0 = time.monotonic()
+    failed: dict[str, tuple[int, GadgetError | TimeoutError]] = {}
+    by_role: dict[str, list[Step]] = {}
+    for step in program:
+        by_role.setdefault(step.role, []).append(step)
+
+    async def play(role: str, steps: list[Step]) -> None:
+        delivered = 0
+        error: GadgetError | TimeoutError | None = None
+        for at_ms, _, report in steps:
+            await sleep_until(t0 + at_ms / 1000)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await hid.write(role, report)
+                delivered += 1
+            except (GadgetError, TimeoutError) as exc:
+                error = exc
+        if error is not None:
+            failed[role] = (delivered, error)
+
+    await asyncio.gather(*(play(role, steps) for role, steps in by_role.items()))
+    return failed

@@ -12,6 +12,10 @@ A Session is one invocation's scope:
   cancellation. The only thing that outlives an invocation on purpose is a confirmed drag
   (drag_start with a stable screen), and that is undone after `drag_limit_s` if no drag_release
   comes.
+- The engine is the one place that knows what is held (executor.Held) and releases it (one
+  release program, [input].release_repeats / release_interval_ms): at an invocation's end,
+  before a profile switch, at a start that inherits the host's state (release_everything) and
+  at stop. The gadget's writers only write.
 """
 
 from __future__ import annotations
@@ -26,16 +30,16 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from daemon import evidence
-from daemon.backends import HidOutput, ProfileControl
+from daemon.backends import ROLES, HidOutput, ProfileControl
 from daemon.config import InputConfig
 from daemon.engine import program as prog
-from daemon.engine.executor import Held, execute
+from daemon.engine.executor import Held, execute, release
 from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
 from daemon.evidence import note
 from gadget import reports
 from gadget.errors import GadgetError
-from gadget.profiles import FULL, ISOLATED
+from gadget.profiles import FULL, ISOLATED, has_role
 
 log = structlog.get_logger("daemon.engine")
 
@@ -289,6 +293,9 @@ class InputEngine:
         await self._wait_late_switch()
         if self.profiles.profile == name:
             return False
+        # Nothing is held between programs (each ends with its release); should anything be, a
+        # switch that fails half way must not leave it down on the composite that stays.
+        await self.release_all(keep_pointer=self.drag is not None)
         switch = asyncio.ensure_future(self.profiles.switch_profile(name))
         try:
             async with asyncio.timeout(self.cfg.profile_switch_timeout_s):
@@ -317,34 +324,36 @@ class InputEngine:
     async def release_all(self, *, keep_pointer: bool = False) -> list[str]:
         """Send the all-up report of every role that may be held; returns those roles.
 
-        A release the target refuses (unplugged, re-enumerating) is logged, not raised: a host
-        that is not listening holds nothing, and the next write starts from a clean state.
+        A release the target refuses (unplugged, re-enumerating, stalled) is logged, not raised:
+        a host that is not listening holds nothing, and the next write starts from a clean state.
         """
-        roles = [r for r in self.held.holding() if not (keep_pointer and r == "pointer")]
-        for role in roles:
-            report = self.held.release_report(role)
-            failure: ToolError | None = None
-            delivered = 0
-            # Each repeat on its own: one refused write must not cancel the ones after it.
-            for i in range(self.cfg.release_repeats):
-                if i:
-                    await asyncio.sleep(self.cfg.release_interval_ms / 1000)
-                try:
-                    await self.play([Step(0.0, role, report)])
-                    delivered += 1
-                except ToolError as e:
-                    failure = e
-            if failure is not None:
-                log.warning(
-                    "release_write_failed",
-                    role=role,
-                    delivered=delivered,
-                    code=failure.code,
-                    reason=failure.message,
-                )
-            self.held.unsure.discard(role)
-            self.held.last[role] = report
+        held = self.held
+        roles = [r for r in held.holding() if not (keep_pointer and r == "pointer")]
+        if not roles:
+            return []
+        releases = {role: held.release_report(role) for role in roles}
+        program = prog.release_program(self.cfg, releases)
+        failed = await release(self.hid, program, self.cfg.write_timeout_ms / 1000)
+        for role, (delivered, exc) in failed.items():
+            log.warning(
+                "release_write_failed",
+                role=role,
+                delivered=delivered,
+                code=exc.code if isinstance(exc, GadgetError) else "hid_write_timeout",
+                reason=exc.message if isinstance(exc, GadgetError) else "write timed out",
+            )
+        for role, report in releases.items():
+            held.unsure.discard(role)
+            held.last[role] = report
         return roles
+
+    async def release_everything(self) -> list[str]:
+        """All-up on every role the live profile has, whatever this engine believes held: at
+        a start that inherits the host's state (a crashed daemon may have left keys down) and
+        at stop. A mouse goes up where it was last sent, the centre if nothing was."""
+        live = [r for r in ROLES if has_role(self.profiles.profile, r)]
+        self.held.suspect(live)
+        return await self.release_all()
 
     @staticmethod
     def _switch_failed(name: str, exc: BaseException) -> BaseException:
@@ -493,7 +502,7 @@ class InputEngine:
         except TimeoutError:
             log.error("input_flow_stuck_at_stop")  # release anyway: nothing may stay down
         try:
-            released = await self.release_all()
+            released = await self.release_everything()
             await self.restore_full()
         finally:
             if locked:

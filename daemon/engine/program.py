@@ -529,6 +529,14 @@ def _release_tail(t: float, role: str, report: bytes, cfg: InputConfig) -> Progr
     return [Step(t + i * cfg.release_interval_ms, role, report) for i in range(cfg.release_repeats)]
 
 
+def release_program(cfg: InputConfig, releases: dict[str, bytes]) -> Program:
+    """Each role's all-up report (role -> report), sent release_repeats times
+    release_interval_ms apart, every role on the same deadlines: the release of whatever may be
+    held when an invocation ends, at a start that inherits the host's state, and at stop."""
+    steps = [s for role, report in releases.items() for s in _release_tail(0.0, role, report, cfg)]
+    return sorted(steps, key=lambda s: s.at_ms)
+
+
 def chord(cfg: InputConfig, keys: Sequence[keymap.Key], repeat: int = 1) -> Program:
     """Press the keys in order, hold, release in reverse order; `repeat` times.
 

@@ -24,8 +24,8 @@ class SimulatedBackend:
         self.profiles: ProfileControl = self.target
         self.frames: FrameSource = self.target
 
-    async def start(self) -> None:
-        return None
+    async def start(self) -> bool:
+        return False  # the simulated target is born with the daemon: it holds nothing
 
     async def close(self) -> None:
         return None

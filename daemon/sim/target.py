@@ -56,6 +56,7 @@ from daemon.sim.layout import PHONES, PLATFORMS
 from daemon.sim.render import Renderer
 from gadget import layouts, reports
 from gadget.errors import TargetNotAttached
+from gadget.profiles import has_role
 
 log = structlog.get_logger(__name__)
 
@@ -118,8 +119,8 @@ class SimTarget:
             raise TargetNotAttached("simulated target is unplugged")
         if time.monotonic() < self._enumerated_at:
             raise TargetNotAttached("simulated target is re-enumerating")
-        if role == "pointer" and self.profile == "keyboard-isolated":
-            raise TargetNotAttached("no pointer in the keyboard-isolated profile")
+        if not has_role(self.profile, role):
+            raise TargetNotAttached(f"no {role} in the {self.profile} profile")
         now = time.monotonic()
         dev = self._device
         if role == "keyboard":

@@ -9,12 +9,14 @@ tool keeps working.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,16 +122,41 @@ class Recorder:
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
         self._thread: threading.Thread | None = None
         self.ready = False  # the database exists and is migrated: readers may open it
+        # Done once `ready` is decided either way (made by start(), on the event loop): a reader
+        # right after the daemon's start, the writer still opening the file, awaits it instead
+        # of finding no history, and holds no thread meanwhile.
+        self._settled: asyncio.Future[None] | None = None
 
     # -- on the event loop ------------------------------------------------------------------
 
     def start(self) -> None:
         if self.disabled_reason:
             return
+        loop = asyncio.get_running_loop()
+        settled = self._settled = loop.create_future()
+
+        def done() -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        def settle() -> None:  # called from the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(done)
+
         catalog_observers = self.catalog.observers
         catalog_observers.append(self.observe)
-        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(settle,), name="trace-writer", daemon=True
+        )
         self._thread.start()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Whether readers may open the database, once the writer has opened it (or failed to),
+        waiting at most `timeout`."""
+        if self._settled is not None and not self._settled.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._settled), timeout)
+        return self.ready
 
     def observe(self, inv: Invocation) -> None:
         if self.disabled_reason:
@@ -165,7 +192,7 @@ class Recorder:
 
     # -- on the writer thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, settle: Callable[[], None]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = store.open_writer(self.path)
@@ -174,6 +201,8 @@ class Recorder:
         except (OSError, sqlite3.Error) as exc:
             self._disable(exc)
             return
+        finally:
+            settle()
         last_age_prune = 0.0
         try:
             while True:
@@ -192,7 +221,7 @@ class Recorder:
                 stop = any(item is _STOP for item in batch)
                 invocations = [i for i in batch if i is not _STOP]
                 try:
-                    rows = [self._row(i) for i in invocations]
+                    rows = self._rows(invocations)
                     if rows:
                         store.insert(conn, rows)
                         self.recorded += len(rows)
@@ -203,13 +232,23 @@ class Recorder:
                         last_age_prune = now
                         if removed:
                             log.debug("trace_pruned", removed=removed)
-                except (OSError, sqlite3.Error) as exc:
-                    self._disable(exc)
+                except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse:
+                    self._disable(exc)  # either way said once, never a silently dead writer
                     return
                 if stop:
                     return
         finally:
             conn.close()
+
+    def _rows(self, invocations: list[Invocation]) -> list[store.Row]:
+        rows = []
+        for inv in invocations:
+            try:
+                rows.append(self._row(inv))
+            except Exception as exc:  # one record this code cannot build is lost alone
+                self.dropped += 1
+                log.warning("trace_record_dropped", tool=inv.tool, error=repr(exc)[:500])
+        return rows
 
     def _row(self, inv: Invocation) -> store.Row:
         frames = [(kind, v) for kind, v in inv.evidence if kind in ("before", "after")]

@@ -201,7 +201,8 @@ def open_reader(path: Path) -> sqlite3.Connection:
     """A read-only connection (mode=ro: a reader never creates or migrates the file)."""
     if not path.exists():
         raise FileNotFoundError(f"{path}: no flight recorder database")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    uri = f"{path.resolve().as_uri()}?mode=ro"  # quoted: a ? # or % in the folder is a name
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 5000")
     return conn
 

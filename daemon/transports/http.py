@@ -33,10 +33,10 @@ from daemon.catalog import (
 )
 from daemon.errors import ToolError
 from daemon.transports.skill_bundle import skill_bundle
-from daemon.wire import STATUS, WireError, error_body, iso_utc, loads, output_text
+from daemon.wire import DATA_STATUS, STATUS, WireError, error_body, iso_utc, loads, output_text
 from daemon.wire import dumps as _dumps
 
-__all__ = ["STATUS", "HttpApi", "error_body", "error_response", "iso_utc", "project"]
+__all__ = ["STATUS", "HttpApi", "data_error", "error_body", "error_response", "iso_utc", "project"]
 
 
 def definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -206,6 +206,12 @@ def _payload_error(message: str) -> ToolError:
 def error_response(error: ToolError) -> web.Response:
     """An error raised outside any tool call, with the same body shape and status mapping."""
     return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
+
+
+def data_error(error: ToolError) -> web.Response:
+    """The refusal of one of the port's data routes (stream, snapshot, live, flight recorder):
+    the tools API's body, the data routes' statuses (DATA_STATUS)."""
+    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
 
 def security_middleware(auth: Auth) -> Any:

@@ -18,11 +18,7 @@ from daemon.catalog import Guard
 from daemon.errors import ToolError
 from daemon.invocations import Running
 from daemon.screen.stream import Params, StreamHub, parse_params
-from daemon.wire import DATA_STATUS, error_body
-
-
-def _error_response(error: ToolError) -> web.Response:
-    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
+from daemon.transports.http import data_error
 
 
 def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
@@ -36,13 +32,13 @@ def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[w
         try:
             return await hub.watch(request, admit(request, "stream"))
         except ToolError as exc:
-            return _error_response(exc)
+            return data_error(exc)
 
     async def snapshot(request: web.Request) -> web.Response:
         try:
             frame, encoded = await hub.snapshot(admit(request, "snapshot"))
         except ToolError as exc:
-            return _error_response(exc)
+            return data_error(exc)
         return web.Response(
             body=encoded.data,
             content_type="image/jpeg",
@@ -57,7 +53,7 @@ def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[w
         try:
             auth.caller("http", guard, request).admit("live")
         except ToolError as exc:
-            return _error_response(exc)
+            return data_error(exc)
         return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
 
     return [

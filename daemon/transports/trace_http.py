@@ -34,13 +34,20 @@ from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
-from daemon.wire import DATA_STATUS, WireError, error_body, iso_utc, loads
+from daemon.transports.http import data_error
+from daemon.wire import WireError, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"
+# How long a read just after the daemon's start waits for the writer to open the database
+# (a migration of a large file on an SD card takes a while; a loaded machine too).
+READY_WAIT_S = 30.0
 
 
-def _fail(error: ToolError) -> web.Response:
-    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
+async def _json_off_loop(doc: Any) -> web.Response:
+    """web.json_response's bytes, encoded in a thread: a page of 1,000 records (arguments up
+    to 64 KiB each) or a record's images would hold the event loop, and with it HID deadlines."""
+    text = await asyncio.to_thread(json.dumps, doc)
+    return web.Response(text=text, content_type="application/json")
 
 
 def _bad(message: str) -> ToolError:
@@ -92,9 +99,10 @@ class TraceApi:
         return record
 
     async def _read(self, fn: Any, *args: Any) -> Any:
+        if not await self.recorder.wait_ready(READY_WAIT_S):  # not created (recording is off)
+            return None
+
         def run() -> Any:
-            if not self.recorder.ready:  # not yet created (or never: recording is off)
-                return None
             try:
                 conn = store.open_reader(self.recorder.path)
             except FileNotFoundError:
@@ -111,21 +119,20 @@ class TraceApi:
             guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=100, max_limit=1000)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         rows = await self._read(store.select, f) or []
-        return web.json_response(
-            {
-                "count": len(rows),
-                "trace": self.recorder.status(),
-                "invocations": [self._shown(r, guard) for r in rows],
-            }
-        )
+        doc = {
+            "count": len(rows),
+            "trace": self.recorder.status(),
+            "invocations": [self._shown(r, guard) for r in rows],
+        }
+        return await _json_off_loop(doc)
 
     async def one(self, request: web.Request) -> web.Response:
         try:
             guard = self._caller(request).effective
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         inv_id = request.match_info["id"]
 
         def both(conn: Any) -> tuple[Any, list[store.Image]]:
@@ -133,7 +140,7 @@ class TraceApi:
 
         found = await self._read(both)
         if found is None or found[0] is None:
-            return _fail(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
+            return data_error(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
         record, imgs = found
         record = self._shown(record, guard)
         record["images"] = [
@@ -146,14 +153,14 @@ class TraceApi:
             }
             for i in imgs
         ]
-        return web.json_response(record)
+        return await _json_off_loop(record)
 
     async def export(self, request: web.Request) -> web.Response:
         try:
             guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         f = store.Filter(**{**f.__dict__, "oldest_first": True})
 
         def archive(conn: Any) -> bytes:
@@ -196,7 +203,7 @@ class TraceApi:
                 raise _bad(f"body is not valid JSON: {exc}") from None
             f, checkpoints, threshold = self._replay_request(doc)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
 
         def load(conn: Any) -> list[Step]:
             records = store.select(conn, f)
@@ -214,9 +221,9 @@ class TraceApi:
         try:
             steps = await self._read(load)
         except ToolError as exc:
-            return _fail(exc)
+            return data_error(exc)
         if not steps:
-            return _fail(ToolError("trace_not_found", "no recorded invocation to replay"))
+            return data_error(ToolError("trace_not_found", "no recorded invocation to replay"))
         report = await replay(
             self.catalog,
             self.screen,

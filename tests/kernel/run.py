@@ -91,7 +91,9 @@ def read_junit(path: Path) -> Outcome:
         if bad is not None:
             text = (bad.text or bad.get("message") or "").strip().splitlines()
             out.failed.append((test, "\n".join(text[-15:])))
-            if "HarnessFault" in f"{bad.get('message')}{bad.text}":
+            # The exception's own line ("usbhost.HarnessFault: ..."), not the traceback text,
+            # which quotes read_until's source, HarnessFault included, for any failed read.
+            if "HarnessFault:" in str(bad.get("message")):
                 out.harness_faults.append(test)
             seen[test] = "failed"
         elif skip is not None and seen.get(test) != "failed":

@@ -12,6 +12,7 @@ it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -22,9 +23,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from daemon.board import BoardBackend
 from daemon.config import Config, from_mapping
+from daemon.engine import InputEngine
+from daemon.engine import program as prog
+from daemon.engine.program import Point
 from gadget import reports
 from gadget.configfs import Gadget
 from gadget.errors import ConfigfsError, TargetNotAttached
@@ -191,7 +196,7 @@ async def test_start_builds_and_binds_full_from_nothing(
 ) -> None:
     b = board(settings, host)
     assert b.profiles.profile == "none"
-    await b.start()
+    assert await b.start() is False  # enumerated afresh: the host holds nothing
     try:
         assert b.profiles.profile == "full"
         assert Gadget(settings, host).live_profile() == "full"
@@ -224,23 +229,26 @@ async def test_start_after_a_crash_mid_isolation_restores_full(
         await b.close()
 
 
-async def test_start_when_full_is_live_changes_nothing_and_releases_everything(
+async def test_start_when_full_is_live_changes_nothing_and_the_engine_releases_everything(
     settings: GadgetSettings, host: FakeHost
 ) -> None:
     Gadget(settings, host).apply(build_profile("full", "android", settings))
     mutations = len(host.ops)
     b = board(settings, host, "Android")
-    await b.start()
+    assert await b.start() is True  # the host kept what it held: a crashed daemon's keys?
+    eng = engine(b)
     try:
         assert len(host.ops) == mutations  # not a single configfs write: no re-enumeration
         assert b.profiles.profile == "full"
-        # The host may still hold what a crashed daemon pressed: all-up, three times each.
-        n = settings.release_repeat
+        # What the daemon's start does then: all-up on every role, three times each.
+        assert await eng.release_everything() == ["keyboard", "consumer", "pointer"]
+        n = eng.cfg.release_repeats
         assert await drain(host, "keyboard", 8, n) == [reports.KEYBOARD_RELEASE] * n
         assert await drain(host, "consumer", 2, n) == [reports.CONSUMER_RELEASE] * n
         touch = reports.touch_release()
         assert await drain(host, "pointer", len(touch), n) == [touch] * n
     finally:
+        await eng.close()
         await b.close()
 
 
@@ -365,12 +373,9 @@ async def test_an_unknown_role_is_a_programming_error(
         await b.close()
 
 
-async def test_close_releases_and_leaves_full_bound(
-    settings: GadgetSettings, host: FakeHost
-) -> None:
+async def test_close_leaves_full_bound(settings: GadgetSettings, host: FakeHost) -> None:
     b = board(settings, host)
     await b.start()
-    await b.hid.write("pointer", reports.mouse(reports.BUTTON_LEFT, 300, 400))
     await b.profiles.switch_profile("keyboard-isolated")
     await b.hid.write("keyboard", reports.keyboard(reports.MOD_LMETA, [0x04]))
     assert await drain(host, "keyboard", 8, 1) == [reports.keyboard(reports.MOD_LMETA, [0x04])]
@@ -382,16 +387,89 @@ async def test_close_releases_and_leaves_full_bound(
         await b.hid.write("keyboard", reports.KEYBOARD_RELEASE)
 
 
-async def test_close_releases_on_the_live_functions(
+# --- releasing: the engine's, through the board's plain writers -------------------------------
+
+
+def engine(b: BoardBackend) -> InputEngine:
+    return InputEngine(b.hid, b.profiles, b.config.input, b.config.platform)
+
+
+async def test_the_engines_stop_lifts_a_held_drag_where_it_is_and_every_key(
     settings: GadgetSettings, host: FakeHost
 ) -> None:
     b = board(settings, host)
     await b.start()
-    await b.hid.write("pointer", reports.mouse(reports.BUTTON_LEFT, 300, 400))
-    assert await drain(host, "pointer", 7, 1) == [reports.mouse(reports.BUTTON_LEFT, 300, 400)]
+    eng = engine(b)
+    start, at = Point(100, 100), Point(300, 400)
+    drag = prog.drag_start(eng.cfg, eng.pointer, start, at)
+    async with eng.invocation("drag_start", drag="start") as s:
+        await s.run(drag)
+        s.keep_contact(start, at)
+    x, y = at.abs()
+    assert await drain(host, "pointer", 7, len(drag)) == [step.report for step in drag]
+    assert reports.unpack_mouse(drag[-1].report) == reports.MouseState(reports.BUTTON_LEFT, x, y)
+    await eng.close()
     await b.close()
-    n = settings.release_repeat
+    n = eng.cfg.release_repeats
     # The button goes up where the pointer was, not at the centre; keys and media keys too.
-    assert await drain(host, "pointer", 7, n) == [reports.mouse_release(300, 400)] * n
+    assert await drain(host, "pointer", 7, n) == [reports.mouse_release(x, y)] * n
     assert await drain(host, "keyboard", 8, n) == [reports.KEYBOARD_RELEASE] * n
     assert await drain(host, "consumer", 2, n) == [reports.CONSUMER_RELEASE] * n
+
+
+async def test_a_release_goes_on_past_a_role_whose_node_is_gone(
+    settings: GadgetSettings, host: FakeHost
+) -> None:
+    b = board(settings, host)
+    await b.start()
+    eng = engine(b)
+    try:
+        b.gadget.device_nodes()["consumer"].unlink()  # ENOENT: that function's node went away
+        with structlog.testing.capture_logs() as logs:
+            assert await eng.release_everything() == ["keyboard", "consumer", "pointer"]
+        n = eng.cfg.release_repeats
+        assert await drain(host, "keyboard", 8, n) == [reports.KEYBOARD_RELEASE] * n
+        centre = reports.norm_to_abs(500)
+        assert await drain(host, "pointer", 7, n) == [reports.mouse_release(centre, centre)] * n
+        failed = [(e["role"], e["code"]) for e in logs if e["event"] == "release_write_failed"]
+        assert failed == [("consumer", "target_not_attached")]
+        assert eng.held.holding() == []
+    finally:
+        await eng.close()
+        await b.close()
+
+
+async def test_a_release_goes_on_past_a_role_whose_host_stopped_reading(
+    settings: GadgetSettings, host: FakeHost
+) -> None:
+    """The write timeout: the keyboard's host end takes nothing more; each of its releases
+    fails at the writer's limit, and the other roles' releases arrive all the same."""
+    b = board(dataclasses.replace(settings, write_timeout=0.05), host)
+    await b.start()
+    eng = engine(b)
+    # The keyboard's node becomes a full pipe nobody reads (a pty drains its buffer
+    # asynchronously, so it cannot be kept full).
+    node = b.gadget.device_nodes()["keyboard"]
+    node.unlink()
+    os.mkfifo(node)
+    reader = os.open(node, os.O_RDONLY | os.O_NONBLOCK)
+    filler = os.open(node, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        for size in (4096, 1):  # to the last byte
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(filler, bytes(size))
+        with structlog.testing.capture_logs() as logs:
+            await eng.release_everything()
+        n = eng.cfg.release_repeats
+        assert await drain(host, "consumer", 2, n) == [reports.CONSUMER_RELEASE] * n
+        failed = [e for e in logs if e["event"] == "release_write_failed"]
+        assert [(e["role"], e["delivered"], e["code"]) for e in failed] == [
+            ("keyboard", 0, "target_not_attached")
+        ]
+        assert "not reading reports" in failed[0]["reason"]
+    finally:
+        await eng.close()
+        await b.close()
+        os.close(filler)
+        os.close(reader)

@@ -81,9 +81,20 @@ async def test_the_handler_gets_the_typed_filled_arguments() -> None:
     assert len(seen) == 2
 
 
-def test_the_screen_defaults_are_stated_once_and_cited_by_the_schemas() -> None:
-    assert ShotOptions() == SHOT and StableOptions() == STABLE
+def test_the_screen_defaults_are_stated_once_and_cited_by_the_schemas(tmp_path: Path) -> None:
+    write_config(
+        tmp_path / "f.toml",
+        {"backend": {"kind": "simulated"}, "state": {"dir": str(tmp_path)}},
+    )
+    catalog = build(load(tmp_path / "f.toml")).catalog
+
+    def defaults(tool: str) -> dict[str, Any]:
+        props = catalog.args_schema(catalog.get(tool))["properties"]
+        return {k: v["default"] for k, v in props.items() if "default" in v}
+
+    assert defaults("screenshot") == {"quality": SHOT.quality, "format": SHOT.fmt}
     assert ShotOptions.from_args(format="png", quality=SHOT.quality) == ShotOptions(fmt="png")
+    assert StableOptions(**defaults("wait_for_stable_screen")) == STABLE
 
 
 @pytest.mark.parametrize("device", ["iOS", "Android", "macOS", "windows", "linux"])

@@ -256,7 +256,24 @@ def test_a_wheelhouse_made_of_the_same_things_is_reused(
     other = deploy.parse_probe(PROBE.replace("linux-aarch64", "linux-x86_64"))
     deploy.build_wheelhouse(wheel, other, out)
     assert len(downloads) == 2
+    # A wheel gone from the wheelhouse (cleaned by hand, a disk error) is fetched again.
+    (wheel_file,) = out.glob("numpy-*.whl")
+    wheel_file.unlink()
+    assert [p.name for p in deploy.build_wheelhouse(wheel, other, out)] == [wheel_file.name]
+    assert len(downloads) == 3
     key = deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "")
     assert key != deploy.wheelhouse_key("a==2\n", ["--platform", "x"], "")
     assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "y"], "")
     assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "Requires-Dist: b")
+
+
+def test_the_wheel_holds_only_what_the_tree_holds(tmp_path: Path) -> None:
+    """A module left in build/lib by an earlier build (since moved or deleted) is not shipped."""
+    stale = deploy.PROJECT / "build" / "lib" / "daemon" / "left_over_from_an_old_build.py"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("raise SystemExit('stale')\n")
+    wheel = deploy.build_wheel(tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "daemon/service.py" in names
+    assert "daemon/left_over_from_an_old_build.py" not in names

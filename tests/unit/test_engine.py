@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from daemon.catalog import CallContext, Catalog, Guard, ToolSpec
 from daemon.config import InputConfig
@@ -361,7 +362,8 @@ async def test_close_releases_a_drag_restores_full_and_refuses_more() -> None:
     target.profile = ISOLATED  # as if a switch had been left half done
     await eng.close()
     assert eng.held.holding() == [] and target.profile == FULL
-    assert reports.unpack_mouse(target.writes()[-1][1]).buttons == 0
+    last_pointer = [r for role, r in target.writes() if role == "pointer"][-1]
+    assert reports.unpack_mouse(last_pointer) == reports.MouseState(0, 9830, 3277)  # where it was
     with pytest.raises(ToolError) as e:
         await tap(eng, Point(1, 1))
     assert e.value.code == "input_engine_stopped"
@@ -448,3 +450,122 @@ async def test_a_switch_whose_invocation_is_cancelled_still_ends_on_full() -> No
         target.switched.clear()
         await asyncio.wait_for(target.switched.wait(), 10)
     assert target.profile == FULL and eng.held.holding() == []
+
+
+# --- release: the engine is the one place that knows what is held ------------------------------
+
+CENTRE = reports.norm_to_abs(500)
+
+
+def releases(target: RecordingTarget, since: int = 0) -> dict[str, list[bytes]]:
+    """The reports each role received from write number `since` on."""
+    out: dict[str, list[bytes]] = {}
+    for role, report in target.writes()[since:]:
+        out.setdefault(role, []).append(report)
+    return out
+
+
+async def test_release_everything_with_nothing_known_lifts_every_role_mouse_at_centre() -> None:
+    """A start that inherits the host's state: nothing is known of what a crashed daemon left,
+    so every role gets its all-up report, three times, the mouse's at the centre."""
+    eng, target = engine("ios")
+    assert eng.held.holding() == []
+    assert await eng.release_everything() == ["keyboard", "consumer", "pointer"]
+    assert releases(target) == {
+        "keyboard": [reports.KEYBOARD_RELEASE] * 3,
+        "consumer": [reports.CONSUMER_RELEASE] * 3,
+        "pointer": [reports.mouse_release(CENTRE, CENTRE)] * 3,
+    }
+    assert eng.held.holding() == []
+    at = eng.pointer_at  # the host was told where the cursor is
+    assert at is not None and at.abs() == (CENTRE, CENTRE)
+
+
+async def test_a_release_after_a_re_enumeration_keeps_the_mouse_where_it_was_sent() -> None:
+    eng, target = engine("ios")
+    async with eng.invocation("composite") as s:
+        await s.run(prog.tap(FAST, eng.pointer, Point(400, 600)))
+        await s.run(chord("cmd", "a"))  # the switch: the host re-enumerated
+    assert eng.pointer_at is None
+    n = len(target.writes())
+    await eng.close()
+    x, y = Point(400, 600).abs()
+    assert releases(target, n)["pointer"] == [reports.mouse_release(x, y)] * 3  # not the centre
+
+
+async def test_release_everything_skips_the_pointer_the_isolated_profile_has_not() -> None:
+    eng, target = engine("ios")
+    target.profile = ISOLATED
+    assert await eng.release_everything() == ["keyboard", "consumer"]
+    assert set(releases(target)) == {"keyboard", "consumer"}
+
+
+class StallingTarget(RecordingTarget):
+    """A target that stops taking reports on some roles: their writes never complete."""
+
+    def __init__(self, stalled: set[str]) -> None:
+        super().__init__()
+        self.stalled = stalled
+        self.attempts: dict[str, int] = {}
+
+    async def write(self, role: str, report: bytes) -> None:
+        self.attempts[role] = self.attempts.get(role, 0) + 1
+        if role in self.stalled:
+            await asyncio.Event().wait()  # until the engine's write limit cancels it
+        await super().write(role, report)
+
+
+async def test_a_stalled_role_delays_no_other_release_and_each_write_is_bounded() -> None:
+    target = StallingTarget({"keyboard"})
+    cfg = dataclasses.replace(FAST, write_timeout_ms=50)
+    eng = InputEngine(target, target, cfg, "android")
+    with structlog.testing.capture_logs() as logs:
+        released = await asyncio.wait_for(eng.release_everything(), 10)
+    assert released == ["keyboard", "consumer", "pointer"]
+    assert releases(target) == {
+        "consumer": [reports.CONSUMER_RELEASE] * 3,
+        "pointer": [reports.touch_release()] * 3,
+    }
+    assert target.attempts["keyboard"] == 3  # every repeat tried, each cut at its own limit
+    failed = [e for e in logs if e["event"] == "release_write_failed"]
+    assert [(e["role"], e["delivered"], e["code"]) for e in failed] == [
+        ("keyboard", 0, "hid_write_timeout")
+    ]
+    # A host that does not listen holds nothing: the next write starts from a clean state.
+    assert eng.held.holding() == []
+
+
+async def test_whatever_is_held_is_released_before_a_profile_switch() -> None:
+    eng, target = engine("ios")
+    a = keymap.key("a").usage
+    async with eng.invocation("composite") as s:
+        await s.run([prog.Step(0, "keyboard", reports.keyboard(0, [a]))])  # left down
+        await s.run(chord("cmd", "c"))
+    switch = target.events.index(("switch", ISOLATED))
+    before = [(e[1], e[2]) for e in target.events[:switch]]
+    assert (
+        before
+        == [("keyboard", reports.keyboard(0, [a]))] + [("keyboard", reports.KEYBOARD_RELEASE)] * 3
+    )
+    assert eng.held.holding() == [] and target.profile == FULL
+
+
+class WaitingTarget(RecordingTarget):
+    """The keyboard takes a report only once the other roles have had all their releases: a
+    release that played the roles one after the other could never finish the keyboard's."""
+
+    async def write(self, role: str, report: bytes) -> None:
+        if role == "keyboard":
+            while sum(1 for r, _ in self.writes() if r != "keyboard") < 6:
+                self.written.clear()
+                await self.written.wait()
+        await super().write(role, report)
+
+
+async def test_the_roles_are_released_side_by_side() -> None:
+    target = WaitingTarget()
+    eng = InputEngine(target, target, dataclasses.replace(FAST, write_timeout_ms=5000), "android")
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.wait_for(eng.release_everything(), 10)
+    assert not [e for e in logs if e["event"] == "release_write_failed"]
+    assert [r for r, _ in target.writes()][-3:] == ["keyboard"] * 3

@@ -1,4 +1,6 @@
-"""HidWriter, LedReader and release_all against real file descriptors (FIFOs and device nodes)."""
+"""HidWriter and LedReader against real file descriptors (FIFOs and device nodes). The writer
+is a plain writer; what is held and its release are the engine's (tests/unit/test_engine.py,
+test_board.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 from gadget import reports
 from gadget.errors import GadgetError, TargetNotAttached
-from gadget.hidg import NOT_ATTACHED, HidWriter, LedReader, _error, release_all
+from gadget.hidg import NOT_ATTACHED, HidWriter, LedReader, _error
 
 
 class Fifo:
@@ -148,39 +150,6 @@ async def test_reopen_follows_a_new_node(tmp_path: Path) -> None:
     await writer.write(reports.consumer(0xB5))
     assert second.read() == reports.consumer(0xB5)
     second.close()
-
-
-async def test_mouse_release_keeps_the_last_position(fifos: dict[str, Fifo]) -> None:
-    writer = HidWriter(fifos["hidg1"].path, "mouse")
-    centre = (reports.ABS_MAX + 1) // 2
-    assert writer.release_report() == reports.mouse_release(centre, centre)  # never moved
-    await writer.write(reports.mouse(reports.BUTTON_LEFT, 1000, 2000))
-    assert writer.last_position == (1000, 2000)
-    assert writer.release_report() == reports.mouse_release(1000, 2000)
-
-
-async def test_release_all_continues_past_a_failing_writer(
-    tmp_path: Path, fifos: dict[str, Fifo]
-) -> None:
-    keyboard = HidWriter(fifos["hidg0"].path, "keyboard")
-    mouse = HidWriter(fifos["hidg1"].path, "mouse")
-    touch = HidWriter(fifos["hidg2"].path, "touchscreen")
-    consumer = HidWriter(tmp_path / "gone", "consumer")
-    await mouse.write(reports.mouse(reports.BUTTON_LEFT, 300, 400))
-    fifos["hidg1"].read()
-
-    failed = await release_all([consumer, keyboard, mouse, touch], repeat=3, interval=0.001)
-
-    assert [(role, type(exc)) for role, exc in failed] == [("consumer", TargetNotAttached)]
-    assert fifos["hidg0"].read() == reports.KEYBOARD_RELEASE * 3
-    assert fifos["hidg1"].read() == reports.mouse_release(300, 400) * 3
-    assert fifos["hidg2"].read() == reports.touch_release() * 3
-
-
-async def test_release_all_reports_nothing_when_all_got_through(fifos: dict[str, Fifo]) -> None:
-    writer = HidWriter(fifos["hidg0"].path, "keyboard")
-    assert await release_all([writer], repeat=1) == []
-    assert fifos["hidg0"].read() == reports.KEYBOARD_RELEASE
 
 
 class HostEnd:

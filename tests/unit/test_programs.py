@@ -452,6 +452,24 @@ def test_untypable_text_is_refused_whole() -> None:
 # --- which profile a program needs ---------------------------------------------------------------
 
 
+def test_release_program_sends_every_roles_all_up_on_the_same_deadlines() -> None:
+    kb, up = reports.KEYBOARD_RELEASE, mouse(300, 400, False)
+    program = prog.release_program(CFG, {"keyboard": kb, "pointer": up})
+    assert program == [
+        Step(0, "keyboard", kb),
+        Step(0, "pointer", up),
+        Step(15, "keyboard", kb),
+        Step(15, "pointer", up),
+        Step(30, "keyboard", kb),
+        Step(30, "pointer", up),
+    ]
+    once = InputConfig(release_repeats=1)
+    assert prog.release_program(once, {"consumer": reports.CONSUMER_RELEASE}) == [
+        Step(0, "consumer", reports.CONSUMER_RELEASE)
+    ]
+    assert prog.release_program(CFG, {}) == []
+
+
 def test_required_profile() -> None:
     cmd_a = prog.chord(CFG, prog.resolve_keys(["cmd", "a"]))
     shift_a = prog.chord(CFG, prog.resolve_keys(["shift", "a"]))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gadget.settings import ROLES, GadgetSettings
+from daemon.config import from_mapping
+from gadget.settings import ROLES, GadgetSettings, retired_keys
 
 
 def test_defaults_are_valid_and_distinct_per_profile() -> None:
@@ -78,6 +80,22 @@ def test_unknown_key_is_named() -> None:
         GadgetSettings.from_table({"colour": "blue"})
 
 
+def test_retired_keys_are_accepted_ignored_and_named() -> None:
+    """A board config from before the release setting moved to [input] still loads (an
+    upgrade must not stop the daemon); the keys are named for the daemon's one warning."""
+    table = {"release_repeat": 0, "release_interval": "anything", "write_timeout": 0.5}
+    assert GadgetSettings.from_table(table) == GadgetSettings(write_timeout=0.5)
+    assert retired_keys(table) == [
+        ("gadget.release_interval", "input.release_interval_ms"),
+        ("gadget.release_repeat", "input.release_repeats"),
+    ]
+    config = from_mapping({"gadget": table, "input": {"release_repeats": 5}}, "old.toml")
+    assert config.retired == tuple(retired_keys(table))
+    assert config.input.release_repeats == 5  # the one setting, untouched by the old keys
+    assert from_mapping({}).retired == ()
+    assert "release_repeat" not in {f.name for f in dataclasses.fields(GadgetSettings)}
+
+
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
@@ -100,7 +118,7 @@ def test_unknown_key_is_named() -> None:
         ("attach_timeout", float("nan"), "gadget.attach_timeout: expected a number of seconds"),
         ("settle_delay", "1s", "gadget.settle_delay: expected a number of seconds 0..10"),
         ("max_power", 900, "gadget.max_power: expected milliamperes 0..500"),
-        ("release_repeat", 0, "gadget.release_repeat: expected an integer 1..10"),
+        ("write_timeout", 0, "gadget.write_timeout: expected a number of seconds 0.01..10"),
         ("hid_no_out_endpoint", 1, "gadget.hid_no_out_endpoint: expected true or false"),
     ],
 )

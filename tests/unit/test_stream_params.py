@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import cv2
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from multidict import MultiDict
 
-from daemon.config import StreamConfig
+from daemon.config import ConfigError, StreamConfig, from_mapping
 from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.invocations import MAX_LABEL, Running, caller_label
@@ -100,3 +102,18 @@ async def test_a_device_jpeg_is_passed_through_untouched_and_resized_only_on_req
     hub.leave(small)
     await hub.close()
     assert hub.metrics()["feeds"] == 0 and not hub.capturing
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        ({"min_quality": 90, "max_quality": 50}, "min_quality <= default_quality <= max_quality"),
+        ({"default_quality": 99}, "min_quality <= default_quality <= max_quality, got 10, 99, 95"),
+        ({"default_fps": 40.0}, "default_fps 40 is above max_fps 30"),
+    ],
+)
+def test_stream_bounds_that_contradict_each_other_are_a_config_error(
+    stream: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"<mapping>: stream: {message}")):
+        from_mapping({"stream": stream})

@@ -35,6 +35,20 @@ def test_a_new_database_is_migrated_and_reopens_at_its_version(tmp_path: Path) -
         assert conn.execute("SELECT count(*) FROM invocations").fetchone()[0] == 1
 
 
+@pytest.mark.parametrize("folder", ["a?b", "a#b", "a%3Fb", "sp ace"])
+def test_a_reader_opens_the_file_in_any_folder_name(tmp_path: Path, folder: str) -> None:
+    path = tmp_path / folder / "t.db"
+    path.parent.mkdir()
+    with contextlib.closing(store.open_writer(path)) as conn:
+        store.insert(conn, [row(1, 10.0)])
+    with contextlib.closing(store.open_reader(path)) as conn:
+        assert [
+            r["id"]
+            for r in store.select(conn, store.parse_filter({}, default_limit=5, max_limit=5))
+        ] == ["id1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]  # nothing made beside it
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     with contextlib.closing(sqlite3.connect(path)) as conn:

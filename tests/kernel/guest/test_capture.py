@@ -40,8 +40,9 @@ VIVID_CID_BASE = 0x00F0F000  # V4L2_CTRL_CLASS_VIVID | 0xf000
 VIVID_PERCENT_DROPPED = VIVID_CID_BASE + 64
 VIVID_DISCONNECT = VIVID_CID_BASE + 65
 # Frames vivid may still deliver after a control changed: the one being filled, plus the
-# buffers already done but not yet dequeued by the reader (vb2 holds a few).
-IN_FLIGHT_FRAMES = 4
+# buffers already done but not yet dequeued by the reader: OpenCV's V4L2 backend queues 4, and
+# a reader slowed by load finds them all full (5 came in a run beside the board VM).
+IN_FLIGHT_FRAMES = 4 + 1
 
 
 def vivid_capture_node() -> str | None:

@@ -20,7 +20,7 @@ import evdev
 import pytest
 from board import Board, Live
 from evdev import InputEvent, ecodes
-from usbhost import EVENT_TIMEOUT, UsbHost, no_autorepeat, open_inputs, read_until
+from usbhost import EVENT_TIMEOUT, WRITE_LIMIT_MS, UsbHost, no_autorepeat, open_inputs, read_until
 
 from daemon.board import BoardBackend
 from daemon.config import Config, DeviceConfig, InputConfig
@@ -64,7 +64,7 @@ async def start(board: Board) -> AsyncIterator[Callable[..., Awaitable[Rig]]]:
         live = await asyncio.to_thread(board.wait_live, profile, began)
         cfg = InputConfig(
             **{
-                "write_timeout_ms": 10_000,
+                "write_timeout_ms": WRITE_LIMIT_MS,
                 "caps_lock_wait_ms": 3000,
                 **timings,
             }

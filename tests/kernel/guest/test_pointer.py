@@ -80,9 +80,9 @@ async def test_absolute_mouse_points_buttons_wheel_pan(board: Board) -> None:
             assert sorted(frame) == sorted(want_rel), f"wheel {wheel} pan {pan}: {frame}"
         # The pointer never moved while clicking and scrolling.
         assert (mouse.absinfo(ecodes.ABS_X).value, mouse.absinfo(ecodes.ABS_Y).value) == (x, y)
-        # The writer's release lifts the buttons and leaves the pointer where it is.
+        # The all-up report at the position sent lifts the buttons and leaves the pointer there.
         await send(writer, mouse, reports.mouse(reports.BUTTON_LEFT, x, y), "BTN_LEFT down")
-        release = await send(writer, mouse, writer.release_report(), "release")
+        release = await send(writer, mouse, reports.mouse_release(x, y), "release")
         assert release == [(EV_KEY, ecodes.BTN_LEFT, 0)]
     writer.close()
 

@@ -54,6 +54,10 @@ SLOWNESS = float(os.environ.get("FINGERTIP_VM_SLOWNESS") or _slowness())
 # Generous, and scaled by SLOWNESS: these only bound failures, nothing waits for them to pass.
 ENUMERATION_TIMEOUT = 30.0 * SLOWNESS
 EVENT_TIMEOUT = 10.0 * SLOWNESS
+# The engine's write limit for tests that stream long programs: TCG under load takes a
+# program several times its length (the config's own bound is 60 s).
+WRITE_LIMIT_MS = min(60_000.0, 10_000.0 * SLOWNESS)
+PROGRESS_CAP = 10  # a stream still arriving is waited for this many times a wait's timeout
 
 USB_DEVICES = Path("/sys/bus/usb/devices")
 
@@ -303,9 +307,14 @@ async def read_until(
     timeout: float = EVENT_TIMEOUT,
 ) -> list[InputEvent]:
     """The events since the last read_until on `dev`, up to the SYN_REPORT after which
-    `done(events)` holds; fail with what was seen. Later events stay for the next call."""
+    `done(events)` holds; fail with what was seen. Later events stay for the next call.
+
+    `timeout` bounds a wait that makes no progress. While events keep arriving the wait goes on
+    (each one allows EVENT_TIMEOUT more, up to PROGRESS_CAP times `timeout` in all): a slowed VM
+    delivers a long stream late, and only a stalled one is a failure."""
     drain = _drains[id(dev)]
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline, cap = began + timeout, began + timeout * PROGRESS_CAP
     start = drain.consumed
     events: list[InputEvent] = []  # one growing list: `done` may count incrementally
     with drain.watching() as arrived:
@@ -323,17 +332,21 @@ async def read_until(
                     f"reader fell behind (not a product failure). Before the drop: "
                     f"{describe(lost[-40:])}"
                 )
+            if available > start + len(events):  # progress: the stream is still coming
+                deadline = max(deadline, min(cap, time.monotonic() + EVENT_TIMEOUT))
             for ev in drain.events[start + len(events) : available]:
                 events.append(ev)
                 if ev.type == ecodes.EV_SYN and ev.code == ecodes.SYN_REPORT and done(events):
                     drain.consumed = start + len(events)
                     return events
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if error is not None or left <= 0:
                 why = f"the node failed ({error!r})" if error else "timed out"
                 raise AssertionError(
-                    f"{why} after {timeout:.0f} s on {dev.path} waiting for {what}; "
-                    f"saw {describe(events)}"
+                    f"{why} after {now - began:.0f} s on {dev.path} waiting for {what} (the "
+                    f"last {min(timeout, EVENT_TIMEOUT):.0f} s or more without a new event); "
+                    f"saw {len(events)} events: {describe(events)}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(arrived.wait(), left)

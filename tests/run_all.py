@@ -1,0 +1,104 @@
+"""`make test`: the three tiers, with the board VM running beside the other two.
+
+The board VM (tests/board: one QEMU core under TCG, about 13 min) is the long pole. The service
+tier (pytest, about 9 min) and then the kernel tier (about 3 min) run while it boots, deploys
+and checks, so the suite takes about as long as the board VM alone instead of the sum of all
+three. The service and kernel tiers print as they go. The board VM's output goes to
+test-artifacts/board-test.log while it runs and is printed whole when it ends. Every tier runs
+even when an earlier one failed, so one run reports every tier. The last lines give each
+tier's result and wall time. The exit status is 0 only when all three passed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+PROJECT = Path(__file__).resolve().parents[1]
+BOARD_LOG = PROJECT / "test-artifacts" / "board-test.log"
+
+
+@dataclass
+class Tier:
+    name: str
+    command: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    wall_s: float = 0.0
+    code: int | None = None
+
+    def start(self, out: IO[bytes] | None = None) -> None:
+        if STOPPING:
+            return
+        print(f"== {self.name}: {' '.join(self.command[1:])}", flush=True)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.command, cwd=PROJECT, stdout=out, stderr=out)
+
+    def wait(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.code = self.proc.wait()
+        self.wall_s = time.monotonic() - self.started
+        return self.code
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # each runner tears its VM down on SIGTERM
+
+
+STOPPING: list[bool] = []  # set by SIGTERM: no tier starts after it
+
+
+def stop_all(tiers: list[Tier]) -> None:
+    STOPPING.append(True)
+    for t in tiers:
+        t.stop()
+
+
+def summary(tiers: list[Tier], wall_s: float) -> str:
+    lines = ["== make test"]
+    for t in tiers:
+        result = "not run" if t.code is None else "passed" if t.code == 0 else f"FAILED ({t.code})"
+        lines.append(f"  {t.name:<12} {result:<12} {t.wall_s:6.0f} s")
+    lines.append(f"  {'whole run':<25} {wall_s:6.0f} s")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    python = sys.executable
+    board = Tier("board VM", [python, "tests/board/run.py"])
+    service = Tier("service", [python, "-m", "pytest", "-q"])
+    kernel = Tier("kernel", [python, "tests/kernel/run.py"])
+    tiers = [service, kernel, board]
+    start = time.monotonic()
+    # SIGTERM from CI: stop every tier (each tears its own VM down), then report as usual.
+    signal.signal(signal.SIGTERM, lambda *_: stop_all(tiers))
+    BOARD_LOG.parent.mkdir(exist_ok=True)
+    try:
+        with BOARD_LOG.open("wb") as log:
+            board.start(log)
+            print(f"   in the background, output in {BOARD_LOG.relative_to(PROJECT)}", flush=True)
+            service.start()
+            service.wait()
+            kernel.start()
+            kernel.wait()
+            print("== waiting for the board VM", flush=True)
+            board.wait()
+    except KeyboardInterrupt:
+        stop_all(tiers)
+        for t in tiers:
+            t.wait()
+    print(f"== board VM output\n{BOARD_LOG.read_text(errors='replace')}", end="", flush=True)
+    print(summary(tiers, time.monotonic() - start), flush=True)
+    return 0 if all(t.code == 0 for t in tiers) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")  # children's lines in order with ours
+    sys.exit(main())

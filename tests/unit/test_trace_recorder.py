@@ -1,0 +1,112 @@
+"""The flight recorder's writer thread: faults lose what they must and say so (real SQLite)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.catalog import Catalog, Invocation
+from daemon.config import TraceConfig
+from daemon.trace import store
+from daemon.trace.recorder import Recorder
+
+
+def _recorder(tmp_path: Path) -> Recorder:
+    return Recorder(Catalog("ios"), tmp_path, TraceConfig(prune_interval_s=0.05))
+
+
+def _invocation(n: int, **fields: Any) -> Invocation:
+    return Invocation(
+        f"{n:032x}", "tap", "http", "127.0.0.1", {}, time.time(), 1.0, "ok", None, **fields
+    )
+
+
+def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+async def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> None:
+    """A frame that cannot be encoded loses its own record (counted), not the writer."""
+    rec = _recorder(tmp_path)
+    rec.start()
+    try:
+        rec.observe(_invocation(1, evidence=(("before", object()),)))  # not a Frame
+        rec.observe(_invocation(2))
+        _until(lambda: rec.recorded == 1 and rec.dropped == 1)
+        assert rec.status()["recording"] is True
+        rec.observe(_invocation(3))
+        _until(lambda: rec.recorded == 2)
+    finally:
+        rec.stop()
+    with contextlib.closing(store.open_reader(tmp_path / store.DB_NAME)) as conn:
+        ids = [
+            r["id"]
+            for r in store.select(conn, store.parse_filter({}, default_limit=9, max_limit=9))
+        ]
+    assert sorted(ids) == [f"{2:032x}", f"{3:032x}"]
+
+
+async def test_a_writer_fault_turns_recording_off_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any fault of the writer itself, not only the file's, ends recording visibly."""
+
+    def insert(*_: object) -> None:
+        raise MemoryError("boom")
+
+    rec = _recorder(tmp_path)
+    rec.start()
+    try:
+        _until(lambda: rec.ready)
+        monkeypatch.setattr(store, "insert", insert)
+        rec.observe(_invocation(1))
+        _until(lambda: rec.status()["recording"] is False)
+        assert "MemoryError: boom" in rec.status()["reason"]
+        rec.observe(_invocation(2))  # refused quietly from now on: nothing queues up
+        assert rec._queue.qsize() == 0
+    finally:
+        rec.stop()
+
+
+async def test_readers_wait_for_the_writer_to_open_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the daemon's start the writer may still be opening (migrating) the file: a
+    reader waits for that instead of finding no history; a writer that fails answers at once."""
+    opening = threading.Event()
+    real_open = store.open_writer
+
+    def slow_open(path: Path) -> Any:
+        opening.wait(15)
+        return real_open(path)
+
+    monkeypatch.setattr(store, "open_writer", slow_open)
+    rec = _recorder(tmp_path)
+    rec.start()
+    try:
+        assert await rec.wait_ready(0.05) is False  # still opening
+        opening.set()
+        assert await rec.wait_ready(15) is True
+    finally:
+        rec.stop()
+
+    def failing_open(path: Path) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "open_writer", failing_open)
+    broken = _recorder(tmp_path / "other")
+    broken.start()
+    began = time.monotonic()
+    assert await broken.wait_ready(15) is False
+    assert time.monotonic() - began < 10  # answered when the open failed, not at the bound
+    assert "disk I/O error" in broken.status()["reason"]

@@ -40,10 +40,15 @@ ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 # board; the speed target (a 1080x1920 frame in <= 1.5 s) is met on one core of this machine.
 OCR_THREADS = 1
 MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
-DET_LONG_SIDE = 1280  # the detector's input: a 1080x1920 frame at 2/3 (bench_ocr's table)
+# The detector's input long side: a 1080x1920 frame at 0.57, where the smallest text to read
+# (iOS home labels, ~33 px high at 1080 wide; Android's 12 sp) is still ~19 px. Detection's
+# time goes with its area: 1280 took 0.9 s, 1088 0.6 s, 960 0.35 s but lost words on macOS
+# (bench_ocr's table).
+DET_LONG_SIDE = 1088
 # Text crops per recognition run. One: a batch is padded to its widest crop, and on one thread
 # the padding costs more than the runs it saves (bench_ocr: 1 vs 4 vs 6 vs 16), and less memory.
 REC_BATCH = 1
+REC_MIN_WIDTH = 48  # recognition input width floor (px at 48 px height): see RapidEngine
 CACHED_FRAMES = 8  # trees kept, newest first: a snapshot id stays usable for this many frames
 
 
@@ -66,13 +71,25 @@ class Line:
     words: tuple[Word, ...]
 
 
+Crop = tuple[int, int, int, int]  # a rectangle of the frame in pixels (x0, y0, x1, y1)
+
+
 @dataclass(frozen=True)
 class Reading:
-    """The OCR of one frame."""
+    """The OCR of one frame, or of the `crop` of it that was read (boxes are frame pixels)."""
 
     frame: Frame
     lines: tuple[Line, ...]
     elapsed_ms: int
+    crop: Crop | None = None
+
+
+def _shifted(line: Line, dx: int, dy: int) -> Line:
+    def move(b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        return b[0] + dx, b[1] + dy, b[2] + dx, b[3] + dy
+
+    words = tuple(Word(w.text, w.confidence, move(w.box)) for w in line.words)
+    return Line(line.text, line.confidence, move(line.box), words)
 
 
 def _box(points: Any) -> tuple[int, int, int, int]:
@@ -92,6 +109,7 @@ class RapidEngine:
         det_long_side: int = DET_LONG_SIDE,
         detect_on_ink: bool = True,
         rec_batch: int = REC_BATCH,
+        rec_min_width: int = REC_MIN_WIDTH,
     ) -> None:
         from rapidocr import RapidOCR  # heavy: onnxruntime and the models load here
 
@@ -111,6 +129,10 @@ class RapidEngine:
             "Det.limit_type": "max",
             "Det.limit_side_len": det_long_side,
             "Rec.rec_batch_num": rec_batch,
+            # Each crop is padded to at least this width at the model's 48 px height.
+            # RapidOCR's 320 pads a short label ("Notes", ~140 px) to 320, and on one thread
+            # the model's time is linear in width (bench_ocr: 12 ms at 96 px, 36 ms at 320).
+            "Rec.rec_img_shape": [3, 48, rec_min_width],
         }
         self.params = params
         ocr: Any = RapidOCR(params=params)
@@ -236,7 +258,8 @@ class Ocr:
         self.load_ms: int | None = None
         self._load_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # made on first use: no idle thread
-        self._runs: OrderedDict[int, asyncio.Future[Reading]] = OrderedDict()  # by frame seq
+        # Runs by (frame seq, crop); None is the whole frame.
+        self._runs: OrderedDict[tuple[int, Crop | None], asyncio.Future[Reading]] = OrderedDict()
         self._waiting = 0
 
     @property
@@ -259,26 +282,32 @@ class Ocr:
                 log.info("ocr.loaded", engine=self.engine.version, load_ms=self.load_ms)
             return self.engine
 
-    def _run(self, frame: Frame) -> Reading:
+    def _run(self, frame: Frame, crop: Crop | None) -> Reading:
         engine = self._load()
         started = time.monotonic()
+        x0, y0, x1, y1 = crop or (0, 0, frame.width, frame.height)
         try:
-            lines = engine.read(frame.image)
+            lines = engine.read(np.ascontiguousarray(frame.image[y0:y1, x0:x1]))
         finally:
             give_back_memory()
-        return Reading(frame, tuple(lines), round((time.monotonic() - started) * 1000))
+        lines = [_shifted(ln, x0, y0) for ln in lines] if crop else lines
+        ms = round((time.monotonic() - started) * 1000)
+        log.info("ocr.read", seq=frame.seq, crop=crop, lines=len(lines), ms=ms)
+        return Reading(frame, tuple(lines), ms, crop)
 
-    def cached(self, seq: int) -> Reading | None:
-        fut = self._runs.get(seq)
+    def cached(self, seq: int, crop: Crop | None = None) -> Reading | None:
+        fut = self._runs.get((seq, crop))
         if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
             return None
         return fut.result()
 
-    async def read(self, frame: Frame) -> Reading:
-        """The OCR of `frame`: from the cache, joined to a run in progress, or a new run."""
-        fut = self._runs.get(frame.seq)
+    async def read(self, frame: Frame, crop: Crop | None = None) -> Reading:
+        """The OCR of `frame` (of its `crop` only, when given; a reading of the whole frame
+        serves any crop): from the cache, joined to a run in progress, or a new run."""
+        whole = self._runs.get((frame.seq, None))
+        fut = whole if whole is not None else self._runs.get((frame.seq, crop))
         if fut is not None:
-            self._runs.move_to_end(frame.seq)
+            self._runs.move_to_end((frame.seq, None if fut is whole else crop))
             return await asyncio.shield(fut)
         if self._waiting >= MAX_QUEUED + 1:
             raise ToolError(
@@ -290,23 +319,23 @@ class Ocr:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="ocr")
         self._waiting += 1
-        fut = loop.run_in_executor(self._pool, self._run, frame)
+        fut = loop.run_in_executor(self._pool, self._run, frame, crop)
         fut.add_done_callback(self._finished)
-        self._runs[frame.seq] = fut
+        self._runs[(frame.seq, crop)] = fut
         while len(self._runs) > CACHED_FRAMES:
             self._runs.popitem(last=False)
         try:
             return await asyncio.shield(fut)
         except ToolError:
-            self._runs.pop(frame.seq, None)  # a failed run is not cached
+            self._runs.pop((frame.seq, crop), None)  # a failed run is not cached
             raise
 
     def _finished(self, fut: asyncio.Future[Reading]) -> None:
         self._waiting -= 1
         if not fut.cancelled() and fut.exception() is not None:
-            for seq, f in list(self._runs.items()):
+            for key, f in list(self._runs.items()):
                 if f is fut:
-                    del self._runs[seq]
+                    del self._runs[key]
 
     async def close(self) -> None:
         """Queued runs are dropped; a running one finishes in its thread (it cannot be cut)."""

@@ -7,6 +7,7 @@ from, so a later call can tell whether the screen still shows it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, Literal
 import regex
 
 from daemon.errors import ToolError
-from daemon.screen.ocr import Line, Reading, Word
+from daemon.screen.ocr import Crop, Line, Reading, Word
 
 MatchMode = Literal["exact", "contains", "regex"]
 MATCH_MODES = ("exact", "contains", "regex")
@@ -49,11 +50,42 @@ class Region:
     def holds(self, x: float, y: float) -> bool:
         return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
 
+    def crop(self, w: int, h: int) -> Crop | None:
+        """The pixels to read for this region: the rectangle grown by CROP_MARGIN of the
+        frame's long side (a line whose center is inside keeps the ends that stick out a
+        little), clipped to the frame; None when that is the whole frame."""
+        m = CROP_MARGIN * max(w, h)
+        sx, sy = (w - 1) / 1000, (h - 1) / 1000
+        x0, y0 = max(0, int(self.x0 * sx - m)), max(0, int(self.y0 * sy - m))
+        x1, y1 = min(w, int(self.x1 * sx + m) + 1), min(h, int(self.y1 * sy + m) + 1)
+        return None if (x0, y0, x1, y1) == (0, 0, w, h) else (x0, y0, x1, y1)
+
+
+# A region is read with this share of the frame's long side around it (~38 px at 1920).
+CROP_MARGIN = 0.02
+SNAPSHOT_ID = re.compile(r"f(\d+)-(\d+)(?:-r(\d+)\.(\d+)\.(\d+)\.(\d+))?")
+
 
 def snapshot_id(reading: Reading) -> str:
-    """Names the frame: its capture sequence number and capture time (ms, monotonic)."""
+    """Names the frame: its capture sequence number and capture time (ms, monotonic), and
+    the rectangle read when a region was (r x0.y0.x1.y1 in pixels)."""
     f = reading.frame
-    return f"f{f.seq}-{round(f.captured_at * 1000)}"
+    out = f"f{f.seq}-{round(f.captured_at * 1000)}"
+    return out if reading.crop is None else out + "-r" + ".".join(map(str, reading.crop))
+
+
+def snapshot_key(snapshot: str) -> tuple[int, Crop | None] | None:
+    """(frame seq, crop) a snapshot id names, or None when it is not one."""
+    m = SNAPSHOT_ID.fullmatch(snapshot)
+    if m is None:
+        return None
+    crop = m.group(3, 4, 5, 6)
+    return int(m.group(1)), None if crop[0] is None else (
+        int(crop[0]),
+        int(crop[1]),
+        int(crop[2]),
+        int(crop[3]),
+    )
 
 
 def _scale(w: int, h: int) -> tuple[float, float]:

@@ -11,7 +11,8 @@ In-process, with the real engine on one onnxruntime thread:
   frame's ink or on the frame, recognition batch): recall and centering over every sim screen
   and the varied-font frames, median ms of the 1080x1920 sim frames, with the load average
   (the machine is shared: read the ms beside it);
-- where a frame's time goes (ink, detection, recognition) with the chosen setting.
+- where a frame's time goes with the chosen setting (ink, detection model, box post-processing,
+  crops, recognition as crops x ms each).
 Against the real daemon (simulated target, HTTP):
 - find_text with a snapshot_id (cached) beside health_check;
 - tap_text end to end beside screen_text + a touch_gesture tap of the same point (target:
@@ -37,14 +38,14 @@ import cv2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from daemon.frames import Frame
+from daemon.screen import ocr as ocr_mod
 from daemon.screen.ocr import (
     DET_LONG_SIDE,
-    REC_BATCH,
+    REC_MIN_WIDTH,
     Ocr,
     RapidEngine,
     Reading,
     give_back_memory,
-    ink,
 )
 from daemon.screen.visual_tree import Tree, find
 from daemon.tools.text import same_screen
@@ -114,12 +115,13 @@ def in_process() -> None:
 
 
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
-    (f"ink, det {DET_LONG_SIDE}, batch {REC_BATCH} (chosen)", {}),
+    (f"ink, det {DET_LONG_SIDE}, rec width >= {REC_MIN_WIDTH} (chosen)", {}),
+    (f"ink, det {DET_LONG_SIDE}, rec width >= 320 (RapidOCR's)", {"rec_min_width": 320}),
+    ("ink, det 1280, rec width >= 320 (before)", {"det_long_side": 1280, "rec_min_width": 320}),
+    ("ink, det 1280", {"det_long_side": 1280}),
     ("ink, det 960", {"det_long_side": 960}),
     (f"frame, det {DET_LONG_SIDE} (no ink)", {"detect_on_ink": False}),
-    ("frame, det 1920 (no ink, full size)", {"det_long_side": 1920, "detect_on_ink": False}),
     (f"ink, det {DET_LONG_SIDE}, batch 6 (RapidOCR's)", {"rec_batch": 6}),
-    (f"ink, det {DET_LONG_SIDE}, batch 16", {"rec_batch": 16}),
 ]
 
 
@@ -162,17 +164,49 @@ def settings_table() -> None:
 
 
 def phases() -> None:
+    """Where one frame's time goes: each stage timed inside RapidOCR's pipeline (wrapped
+    around the stage's callable), for the chosen setting on one thread."""
     engine = RapidEngine()
-    s = next(s for s in sim_screens() if s.name == "ios home")
-    engine.read(s.image)
-    ink_ms = median_ms(lambda: ink(s.image), RUNS)
-    out: Any = engine._ocr(s.image, return_word_box=True)
-    det_s, _, rec_s = out.elapse_list
-    print(
-        f"ios home 1080x1920, chosen setting: ink {ink_ms:.0f} ms, detection (ink included) "
-        f"{det_s * 1000:.0f} ms, recognition of {len(out.txts)} lines {rec_s * 1000:.0f} ms; "
-        f"{load()}"
-    )
+    ocr: Any = engine._ocr
+    det, rec = ocr.text_det.detector, ocr._load_rec_model()
+    spent: dict[str, list[float]] = {}
+
+    def timed(owner: Any, attr: str, key: str) -> None:
+        inner = getattr(owner, attr)
+
+        def run(*a: Any, **k: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                spent.setdefault(key, []).append((time.perf_counter() - start) * 1000)
+
+        setattr(owner, attr, run)
+
+    timed(ocr_mod, "ink", "ink")
+    timed(det, "session", "detection model")
+    timed(det, "postprocess_op", "box post-processing")
+    timed(ocr, "crop_text_regions", "crops")
+    timed(rec, "session", "recognition model")
+    for name in ("ios home", "ios Notes with text", "android home"):
+        s = next(s for s in sim_screens() if s.name == name)
+        engine.read(s.image)
+        totals = []
+        for _ in range(RUNS):
+            spent.clear()
+            start = time.perf_counter()
+            engine.read(s.image)
+            totals.append(((time.perf_counter() - start) * 1000, dict(spent)))
+        total, parts = sorted(totals, key=lambda t: t[0])[len(totals) // 2]  # the median run
+        crops = parts["recognition model"]
+        stages = ", ".join(
+            f"{k} {sum(v):.0f}" for k, v in parts.items() if k != "recognition model"
+        )
+        print(
+            f"{name} 1080x1920, one thread: {total:.0f} ms = {stages}, recognition "
+            f"{len(crops)} crops x {statistics.mean(crops):.1f} ms = {sum(crops):.0f} (ms); "
+            f"{load()}"
+        )
 
 
 async def post(s: aiohttp.ClientSession, d: DaemonProcess, tool: str, args: Any) -> Any:

@@ -52,6 +52,9 @@ async def test_screen_text_reads_the_home_screen_with_positions(make_daemon: Mak
     assert all(e["center"]["y"] <= 200 for e in top["elements"])
     assert "Settings" in {e["text"] for e in top["elements"]}
     assert "Files" not in {e["text"] for e in top["elements"]}
+    # a region's reading (only its pixels, read) serves find_text by its snapshot id
+    found = await ok(d, "find_text", {"query": "Settings", "snapshot_id": top["snapshot_id"]})
+    assert found["snapshot_id"] == top["snapshot_id"] and found["count"] >= 1
 
 
 async def test_find_and_tap_text_open_the_app_with_evidence(make_daemon: Make) -> None:

@@ -14,7 +14,7 @@ from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.screen import ocr as ocr_mod
 from daemon.screen.ocr import Ocr
-from daemon.screen.visual_tree import Tree, find
+from daemon.screen.visual_tree import Region, Tree, find, snapshot_id, snapshot_key
 from tests.ocr_screens import sim_screens
 
 pytestmark = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
@@ -64,4 +64,35 @@ async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> Non
     cx, cy = (px["x0"] + px["x1"]) / 2, (px["y0"] + px["y1"]) / 2
     assert x0 <= cx <= x1 and y0 <= cy <= y1
     assert find(tree, "anna", "exact") == []  # exact is case-sensitive
+    await service.close()
+
+
+async def test_a_region_reads_only_its_pixels_in_frame_coordinates() -> None:
+    service = Ocr()
+    home = next(s for s in sim_screens() if s.name == "ios home")
+    f = frame(home.image, 3)
+    band = Region(0, 0, 1000, 200)
+    crop = band.crop(f.width, f.height)
+    assert crop is not None and crop[:3] == (0, 0, 1080) and 384 < crop[3] < 430  # + margin
+    assert Region(0, 0, 1000, 1000).crop(f.width, f.height) is None  # the whole frame
+    part = await service.read(f, crop)
+    assert part.crop == crop and part.lines
+    assert all(crop[1] <= ln.box[1] and ln.box[3] <= crop[3] for ln in part.lines)
+    sid = snapshot_id(part)
+    assert sid.endswith("-r0.0.1080." + str(crop[3])) and snapshot_key(sid) == (3, crop)
+    assert service.cached(3, crop) is part and service.cached(3) is None
+    # the band's words sit where the whole frame's reading puts them (frame pixels)
+    whole = await service.read(f)
+    assert snapshot_key(snapshot_id(whole)) == (3, None)
+    whole_words = [w for ln in whole.lines for w in ln.words]
+    band_words = [w for ln in Tree.of(part, band).lines for w in ln.words]
+    assert "Settings" in {w.text for w in band_words}
+    for w in band_words:  # centered in a same-text word of the whole (icon glyphs repeat)
+        cx, cy = (w.box[0] + w.box[2]) / 2, (w.box[1] + w.box[3]) / 2
+        assert any(
+            o.text == w.text and o.box[0] <= cx <= o.box[2] and o.box[1] <= cy <= o.box[3]
+            for o in whole_words
+        ), w
+    # once the whole frame is read, it answers any region of that frame
+    assert await service.read(f, (0, 0, 10, 10)) is whole
     await service.close()

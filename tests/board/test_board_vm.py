@@ -36,6 +36,13 @@ CONFIG_MARK = "# placed by the board test before the first deploy: deploy must k
 # Generous bounds for a shared 2-core machine emulating the guest (TCG); they only bound
 # failures, nothing waits for them to pass.
 LINK_S = 120.0
+# What only the OCR engine adds to the board's packages (rapidocr carries its models).
+OCR_PACKAGES = " ".join(
+    (
+        "onnxruntime rapidocr PIL pillow.libs shapely shapely.libs pyclipper omegaconf antlr4 yaml",
+        "google flatbuffers colorlog tqdm requests urllib3 certifi charset_normalizer six.py regex",
+    )
+)
 EVENT_S = 90.0
 
 
@@ -195,6 +202,15 @@ def test_1_make_deploy_installs_and_reports(
     assert release is not None
     current = board.run("readlink /opt/fingertip/current").stdout.strip()
     assert current == f"releases/{release.group(1)}"
+    # The install's size, and the share of the packages only the OCR engine brings.
+    site = "/opt/fingertip/deps/*/site-packages"
+    sizes = board.run(
+        f"du -sk {site} | cut -f1; cd {site} && "
+        f"du -skc $(ls -d {OCR_PACKAGES} 2>/dev/null) | tail -n 1"
+    ).stdout.split()
+    total_mb, ocr_mb = int(sizes[0]) / 1024, int(sizes[1]) / 1024
+    record_property("install_mb", f"{total_mb:.0f} (OCR packages {ocr_mb:.0f})")
+    print(f"\nboard install: third-party packages {total_mb:.0f} MB, OCR's {ocr_mb:.0f} MB")
     # Idempotent: the same build again is the same release, installed once.
     again = run_deploy(board, workdir, "deploy-again.log")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -256,7 +272,7 @@ def test_2_service_active_and_gadget_enumerated(
 
 
 def test_3_tools_api_over_usb_ecm(
-    board: BoardVM, deployed: dict[str, Any], recorder: GuestStream
+    board: BoardVM, deployed: dict[str, Any], recorder: GuestStream, record_property: Any
 ) -> None:
     answer = phone(board, "get", "/api/tools", "--retry-until", str(LINK_S))
     assert answer.get("status") == 200, f"{answer}\n{link_state(board)}"
@@ -286,6 +302,15 @@ def test_3_tools_api_over_usb_ecm(
             check=False,
             timeout=LINK_S * board.slowness + 30,
         )
+        journal = board.run(
+            'journalctl -u fingertip -o cat | grep -E \'ocr.loaded|"tool":"screen_text"\'',
+            check=False,
+        ).stdout
+        events = [json.loads(x) for x in journal.splitlines() if x.startswith("{")]
+        load_ms = next((e["load_ms"] for e in events if e.get("event") == "ocr.loaded"), None)
+        took = next((e["duration_ms"] for e in events if e.get("tool") == "screen_text"), None)
+        record_property("first_screen_text_ms", f"{took} (engine load {load_ms})")
+        print(f"\nboard: first screen_text (a band) {took} ms, of which engine load {load_ms} ms")
     assert (tree["frame"]["width"], tree["frame"]["height"]) == (shot["width"], shot["height"])
     assert tree["snapshot_id"].startswith(f"f{tree['frame']['seq']}-"), tree["snapshot_id"]
     line_ids = {ln["id"] for ln in tree["lines"]}

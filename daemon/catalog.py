@@ -166,14 +166,17 @@ class RawText:
 @dataclass(frozen=True)
 class AfterCall:
     """Post-call evidence asked with a call: after `delay_ms`, the screenshot tool run with
-    `screenshot` as its arguments, inside the same invocation (inside the HID flow for HID
-    tools), so it shows this call's end state and no one else's action."""
+    `screenshot` as its arguments and/or the visual tree tool with `tree` as its (None: not
+    asked), inside the same invocation (inside the HID flow for HID tools), so it shows this
+    call's end state and no one else's action."""
 
-    screenshot: dict[str, Any]
+    screenshot: dict[str, Any] | None
     delay_ms: int = 0
+    tree: dict[str, Any] | None = None
 
 
 EVIDENCE_TOOL = "screenshot"
+TREE_TOOL = "screen_text"  # the visual tree: on-device OCR of the frame (daemon.tools.text)
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ class Outcome:
     duration_ms: int
     called_at: float  # time.time()
     evidence: Outcome | None = None  # the AfterCall screenshot's own outcome, when asked
+    tree: Outcome | None = None  # the AfterCall visual tree's own outcome, when asked
 
     @property
     def ok(self) -> bool:
@@ -646,7 +650,7 @@ class Catalog:
         spec: ToolSpec | None = None
         result: Any = None
         error: ToolError | None = None
-        shot: list[Outcome] = []
+        shot: dict[str, Outcome] = {}
         token = evidence.noted.set(ctx.evidence)
         try:
             spec = self.lookup(name, caller)
@@ -671,13 +675,18 @@ class Catalog:
         finally:
             evidence.noted.reset(token)
         code = error.code if error else None
-        taken = shot[0] if shot and error is None else None
-        extra: dict[str, Any] = {} if after is None else {"evidence": _evidence_word(taken)}
+        taken = shot.get(EVIDENCE_TOOL) if error is None else None
+        tree = shot.get(TREE_TOOL) if error is None else None
+        extra: dict[str, Any] = {}
+        if after is not None and after.screenshot is not None:
+            extra["evidence"] = _evidence_word(taken)
+        if after is not None and after.tree is not None:
+            extra["tree_evidence"] = _evidence_word(tree)
         outcome = "ok" if error is None else "error"
         self._log(name, started, outcome, code, ctx, args, called_at, result, **extra)
         dummy = spec or ToolSpec(name, "", "unknown", "read", _no_handler)
         ms = int((time.monotonic() - started) * 1000)
-        return Outcome(dummy, result, error, ms, called_at, taken)
+        return Outcome(dummy, result, error, ms, called_at, taken, tree)
 
     def _arguments(self, spec: ToolSpec, args: Any, caller: Caller) -> Any:
         """The arguments as the tool takes them, however the caller's wire carried them."""
@@ -708,7 +717,7 @@ class Catalog:
         guard: Guard,
         ctx: CallContext,
         after: AfterCall | None = None,
-        shot: list[Outcome] | None = None,
+        shot: dict[str, Outcome] | None = None,
     ) -> Any:
         if not guard.execution_enabled:
             raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
@@ -746,14 +755,19 @@ class Catalog:
         args: Any,
         ctx: CallContext,
         after: AfterCall,
-        shot: list[Outcome] | None,
+        shot: dict[str, Outcome] | None,
     ) -> Callable[[], Awaitable[Any]]:
         """The handler, then the evidence: taken by the HID flow as the invocation ends (see
         daemon.evidence), else right after the handler, in the same task either way."""
-        out = shot if shot is not None else []
+        out = shot if shot is not None else {}
 
         async def take() -> None:
-            out.append(await self._screenshot_evidence(after, ctx))
+            if after.delay_ms:
+                await asyncio.sleep(after.delay_ms / 1000)
+            if after.screenshot is not None:
+                out[EVIDENCE_TOOL] = await self._evidence_call(EVIDENCE_TOOL, after.screenshot, ctx)
+            if after.tree is not None:
+                out[TREE_TOOL] = await self._evidence_call(TREE_TOOL, after.tree, ctx)
 
         async def run() -> Any:
             hook = evidence.InFlowHook(take)
@@ -768,36 +782,34 @@ class Catalog:
 
         return run
 
-    async def _screenshot_evidence(self, after: AfterCall, ctx: CallContext) -> Outcome:
-        """The screenshot tool's own checks and handler; a failure is the evidence's, never
-        the call's (the action already happened)."""
+    async def _evidence_call(self, tool: str, args: Any, ctx: CallContext) -> Outcome:
+        """An evidence tool's (screenshot, the visual tree) own checks and handler; a failure
+        is the evidence's, never the call's (the action already happened)."""
         started, called_at = time.monotonic(), time.time()
         result: Any = None
         error: ToolError | None = None
-        spec = self._specs.get(EVIDENCE_TOOL)
+        spec = self._specs.get(tool)
         try:
-            if after.delay_ms:
-                await asyncio.sleep(after.delay_ms / 1000)
             if spec is None:
-                raise ToolError("tool_not_found", f"no tool named {EVIDENCE_TOOL!r}")
+                raise ToolError("tool_not_found", f"no tool named {tool!r}")
             avail = self.availability(spec)
             if not avail.available:  # say why in the availability's own words
                 raise ToolError(
                     avail.code or "tool_unavailable",
-                    avail.reason or f"{EVIDENCE_TOOL} is unavailable",
+                    avail.reason or f"{tool} is unavailable",
                     retryable=avail.retryable,
                 )
-            shot_args = self.validate_arguments(spec, after.screenshot)
-            result = await spec.handler(shot_args, ctx)
+            tool_args = self.validate_arguments(spec, args)
+            result = await spec.handler(tool_args, ctx)
             errors = schema_errors(spec.result_schema, result)
             if errors:
                 raise validation_error(errors, "result")
         except ToolError as exc:
             error = exc
         except Exception as exc:
-            log.exception("evidence_failed", tool=EVIDENCE_TOOL)
-            error = ToolError("tool_execution_exception", f"screenshot evidence failed: {exc!r}")
-        dummy = spec or ToolSpec(EVIDENCE_TOOL, "", "unknown", "read", _no_handler)
+            log.exception("evidence_failed", tool=tool)
+            error = ToolError("tool_execution_exception", f"{tool} evidence failed: {exc!r}")
+        dummy = spec or ToolSpec(tool, "", "unknown", "read", _no_handler)
         ms = int((time.monotonic() - started) * 1000)
         return Outcome(dummy, result, error, ms, called_at)
 

@@ -13,6 +13,7 @@ from daemon.config import Config
 
 if TYPE_CHECKING:
     from daemon.engine import InputEngine
+    from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
     from daemon.tools.shell import ShellService
 
@@ -36,6 +37,7 @@ class Runtime:
     screen: Screen
     engine: InputEngine  # the one serialized HID flow every input tool shares
     shell: ShellService
+    ocr: Ocr  # the text tools' OCR service; its engine loads on the first read
     run_state: RunState = field(default_factory=RunState)
     # health_check's sections from parts built after the catalog (the flight recorder's state):
     # filled by the composition root, read by health_check.

@@ -23,6 +23,7 @@ from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.runtime import Runtime
+from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
 from daemon.tools import build_catalog
@@ -67,6 +68,7 @@ def build(config: Config) -> Daemon:
         screen=Screen(backend.frames, config.capture),
         engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
         shell=ShellService(config),
+        ocr=Ocr(),
     )
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
@@ -174,6 +176,7 @@ class Daemon:
         await runner.setup()
         self._on_stop(runner.cleanup)
         self._on_stop(self.rt.shell.close)
+        self._on_stop(self.rt.ocr.close)
         self._on_stop(self.stream.close)  # viewers get their closing part
         self._on_stop(self.ws.close_all)  # after HID drained: hosts got their answers
         # After the catalog drained: nothing held, any drag undone, the full profile live.

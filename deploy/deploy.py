@@ -485,7 +485,9 @@ def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
     )  # fmt: skip
     assert proc.stdin is not None
     try:
-        with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
+        # PAX, not USTAR: wheel names with several manylinux tags pass USTAR's 100 characters
+        # (charset_normalizer's, which the OCR engine's dependencies bring); GNU tar reads PAX.
+        with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for name, path in sorted(files.items()):
                 info = _root_owned(tar.gettarinfo(str(path), arcname=name))
                 with path.open("rb") as fh:

@@ -7,6 +7,8 @@ depends on the clock: the same View always gives the same pixels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
@@ -43,6 +45,15 @@ PALETTE: tuple[Color, ...] = (
 ARROW = np.array([(0, 0), (0, 34), (9, 26), (15, 40), (21, 37), (15, 24), (27, 24)], np.float64)
 
 
+@dataclass(frozen=True)
+class DrawnWord:
+    """One word the renderer drew, with its ink box in pixels (x0, y0, x1, y1): the ground
+    truth OCR tests check positions against."""
+
+    text: str
+    box: tuple[int, int, int, int]
+
+
 class Renderer:
     """Renders Views; keeps the last scene image so static screens are cheap."""
 
@@ -50,6 +61,7 @@ class Renderer:
         self._scene: Scene | None = None
         self._base: Image | None = None
         self._layout: Layout | None = None
+        self.drawn: tuple[DrawnWord, ...] = ()  # the last scene's words (overlay excluded)
 
     def render(self, view: View) -> Image:
         scene = view.scene
@@ -59,8 +71,9 @@ class Renderer:
                 scene.height,
             ):
                 self._layout = make_layout(scene.platform, scene.width, scene.height)
-            self._base = _draw_scene(scene, self._layout)
-            self._scene = scene
+            drawn: list[DrawnWord] = []
+            self._base = _draw_scene(scene, self._layout, drawn)
+            self._scene, self.drawn = scene, tuple(drawn)
         img = self._base.copy()
         _draw_overlay(img, view)
         return img
@@ -74,9 +87,29 @@ def _rect(img: Image, scene: Scene, r: Rect, color: Color, thickness: int = -1) 
     cv2.rectangle(img, _px(scene, r.x0, r.y0), _px(scene, r.x1, r.y1), color, thickness)
 
 
-def _text(img: Image, text: str, org: tuple[int, int], scale: float, color: Color) -> None:
+def _text(
+    img: Image,
+    text: str,
+    org: tuple[int, int],
+    scale: float,
+    color: Color,
+    drawn: list[DrawnWord],
+    dy: int = 0,
+) -> None:
+    """Draw `text` with its baseline at `org`, and record each word's box (shifted by `dy`
+    when `img` is a view lower in the frame; words the view clips are not recorded)."""
     thickness = max(1, round(scale * 2))
     cv2.putText(img, text, org, FONT, scale, color, thickness, cv2.LINE_AA)
+    (_, above), below = cv2.getTextSize(text, FONT, scale, thickness)
+    top, bottom = org[1] - above, org[1] + below
+    if top < 0 or bottom > img.shape[0]:
+        return
+    pos = 0
+    for word in text.split():
+        start = text.index(word, pos)
+        pos = start + len(word)
+        x0 = org[0] + (_width(text[:start], scale) if start else 0)
+        drawn.append(DrawnWord(word, (x0, top + dy, x0 + _width(word, scale), bottom + dy)))
 
 
 def _width(text: str, scale: float) -> int:
@@ -96,7 +129,7 @@ def _fit_tail(text: str, scale: float, max_w: int) -> str:
     return text[lo:]
 
 
-def _draw_scene(scene: Scene, lay: Layout) -> Image:
+def _draw_scene(scene: Scene, lay: Layout, drawn: list[DrawnWord]) -> Image:
     w, h = scene.width, scene.height
     s = min(w, h) / 1080
     img = np.empty((h, w, 3), np.uint8)
@@ -104,26 +137,28 @@ def _draw_scene(scene: Scene, lay: Layout) -> Image:
     # status bar
     _rect(img, scene, Rect(0, 0, 1000, STATUS_BOTTOM), (40, 40, 40))
     status = f"9:41  {scene.platform}  usb:{scene.profile}" + ("  CAPS" if scene.caps_lock else "")
-    _text(img, status, (round(16 * s), round(STATUS_BOTTOM * h / 1000 * 0.75)), 0.7 * s, BG)
+    status_org = (round(16 * s), round(STATUS_BOTTOM * h / 1000 * 0.75))
+    _text(img, status, status_org, 0.7 * s, BG, drawn)
     if scene.screen == "home":
         for i, tile in enumerate(lay.tiles):
             _rect(img, scene, tile.icon, PALETTE[i % len(PALETTE)])
-            _text(img, tile.name[0], _px(scene, tile.icon.x0 + 3, tile.icon.y1 - 8), 3 * s, BG)
+            letter_org = _px(scene, tile.icon.x0 + 3, tile.icon.y1 - 8)
+            _text(img, tile.name[0], letter_org, 3 * s, BG, drawn)
             cx, cy = _px(scene, (tile.label.x0 + tile.label.x1) / 2, tile.label.y1)
-            _text(img, tile.name, (cx - _width(tile.name, 0.8 * s) // 2, cy), 0.8 * s, INK)
+            _text(img, tile.name, (cx - _width(tile.name, 0.8 * s) // 2, cy), 0.8 * s, INK, drawn)
         return img
     # header with the way home, title, the one text field, then the list
     _rect(img, scene, lay.header, (255, 255, 255))
     header_base = _px(scene, 0, lay.header.y1 - 22)[1]
-    _text(img, "< Home", (round(16 * s), header_base), 1.0 * s, ACCENT)
+    _text(img, "< Home", (round(16 * s), header_base), 1.0 * s, ACCENT, drawn)
     title_w = _width(scene.title, 1.4 * s)
-    _text(img, scene.title, ((w - title_w) // 2, header_base), 1.4 * s, INK)
-    _draw_field(img, scene, lay, s)
-    _draw_rows(img, scene, lay, s)
+    _text(img, scene.title, ((w - title_w) // 2, header_base), 1.4 * s, INK, drawn)
+    _draw_field(img, scene, lay, s, drawn)
+    _draw_rows(img, scene, lay, s, drawn)
     return img
 
 
-def _draw_field(img: Image, scene: Scene, lay: Layout, s: float) -> None:
+def _draw_field(img: Image, scene: Scene, lay: Layout, s: float, drawn: list[DrawnWord]) -> None:
     f = lay.field
     _rect(img, scene, f, (255, 255, 255))
     _rect(img, scene, f, ACCENT if scene.focused else MUTED, max(2, round(3 * s)))
@@ -133,7 +168,7 @@ def _draw_field(img: Image, scene: Scene, lay: Layout, s: float) -> None:
     base = (y0 + y1) // 2 + round(12 * s)
     if not scene.field_text:
         if not scene.focused:
-            _text(img, scene.field_label, (x0 + pad, base), scale, MUTED)
+            _text(img, scene.field_label, (x0 + pad, base), scale, MUTED, drawn)
         shown = ""
     else:
         shown = _fit_tail(scene.field_text, scale, x1 - x0 - 3 * pad)
@@ -145,13 +180,13 @@ def _draw_field(img: Image, scene: Scene, lay: Layout, s: float) -> None:
                 SELECTION,
                 -1,
             )
-        _text(img, shown, (x0 + pad, base), scale, INK)
+        _text(img, shown, (x0 + pad, base), scale, INK, drawn)
     if scene.focused and not scene.selected:
         caret = x0 + pad + _width(shown, scale) + 3
         cv2.line(img, (caret, y0 + 10), (caret, y1 - 10), ACCENT, max(2, round(3 * s)))
 
 
-def _draw_rows(img: Image, scene: Scene, lay: Layout, s: float) -> None:
+def _draw_rows(img: Image, scene: Scene, lay: Layout, s: float, drawn: list[DrawnWord]) -> None:
     top, bottom = _px(scene, 0, lay.viewport.y0)[1], _px(scene, 0, lay.viewport.y1)[1]
     vp = img[top:bottom]  # a view: drawing here is clipped to the list's viewport
     row = lay.row_px
@@ -163,7 +198,8 @@ def _draw_rows(img: Image, scene: Scene, lay: Layout, s: float) -> None:
         if i % 2:
             cv2.rectangle(vp, (0, y), (scene.width, y + row - 1), (250, 250, 250), -1)
         cv2.line(vp, (0, y + row - 1), (scene.width, y + row - 1), (220, 220, 220), 1)
-        _text(vp, scene.rows[i], (round(30 * s), y + row // 2 + round(12 * s)), 1.0 * s, INK)
+        org = (round(30 * s), y + row // 2 + round(12 * s))
+        _text(vp, scene.rows[i], org, 1.0 * s, INK, drawn, dy=top)
     total = len(scene.rows) * row
     if total > vp.shape[0]:  # scroll indicator, so scrolling is visible even in a uniform list
         bar = max(20, vp.shape[0] * vp.shape[0] // total)

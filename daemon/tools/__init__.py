@@ -8,13 +8,13 @@ from daemon.runtime import Runtime
 
 
 def build_catalog(rt: Runtime) -> Catalog:
-    from daemon.tools import input, screen, shell, system
+    from daemon.tools import input, screen, shell, system, text
 
     cfg = rt.config.server
     catalog = Catalog(
         rt.platform, tool_timeout_s=cfg.tool_timeout_s, hid_timeout_s=cfg.hid_timeout_s
     )
-    for module in (system, shell, screen, input):
+    for module in (system, shell, screen, input, text):
         for spec in module.tools(rt):
             catalog.register(spec)
     return catalog

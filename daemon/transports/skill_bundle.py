@@ -20,6 +20,12 @@ media keys and screenshots. Call a tool with `POST /api/tools/<name>` and a JSON
 Target platform: **{platform}**. Coordinates are normalized 0..1000 on both axes (0,0 is the
 top-left corner). Take a screenshot first, act, then read the screenshot that input tools
 return. Write and critical tools need `Authorization: Bearer <token>` off loopback.
+
+Text on the screen: read it with `screen_text` (lines and words with boxes, normalized centers
+and a `snapshot_id`) or `find_text`; tap by text with `tap_text` (pass that `snapshot_id`: a
+screen that changed since is `stale_snapshot`; several matches are `text_ambiguous` until you
+pass `index`); then check the evidence it returns (`screen_changed`, the screenshot) or read
+the text again.
 """
 
 

@@ -30,6 +30,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from daemon.auth import Auth
 from daemon.catalog import (
     EVIDENCE_TOOL,
+    TREE_TOOL,
     AfterCall,
     Caller,
     Catalog,
@@ -81,12 +82,9 @@ SCREENSHOT, VISUAL_TREE = EVIDENCE_TOOL, "visualTree"
 # Peers accept these spellings of visualTree; evidence is keyed by the spelling asked for.
 EVIDENCE_NAMES = {SCREENSHOT: SCREENSHOT, VISUAL_TREE: VISUAL_TREE}
 EVIDENCE_NAMES |= {"tree": VISUAL_TREE, "visual_tree": VISUAL_TREE}
-NO_VISUAL_TREE = ToolError(
-    "visual_tree_unavailable",
-    "this board sees the target only through screen capture: it has no UI tree; use "
-    "screenshot evidence instead",
-    retryable=False,
-)
+# The visual tree is the screen_text tool's result (on-device OCR of the frame), taken by the
+# catalog inside the call with visualTreeArguments as its arguments.
+VISUAL_TREE_TOOL = TREE_TOOL
 
 
 def call_schema(screenshot_args: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +116,7 @@ class After:
     include: tuple[str, ...]  # as spelled by the host, duplicates removed
     delay_ms: int
     screenshot_arguments: dict[str, Any]
+    tree_arguments: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -272,6 +271,7 @@ class WsTransport:
                 include=tuple(dict.fromkeys(a.get("include", [VISUAL_TREE]))),
                 delay_ms=a.get("delayMilliseconds", 0),
                 screenshot_arguments=a.get("screenshotArguments", {}),
+                tree_arguments=a.get("visualTreeArguments", {}),
             )
         arguments = p.get("arguments", {})
         if not isinstance(arguments, dict):  # the contract: arguments must be a JSON object
@@ -313,14 +313,21 @@ class WsTransport:
 
     @staticmethod
     def after_call(req: CallRequest) -> AfterCall | None:
-        """The screenshot evidence the catalog takes inside the call, if the host asked for
-        one (a screenshot call's result is its own evidence)."""
+        """The evidence the catalog takes inside the call, if the host asked for any (a
+        screenshot call's result is its own screenshot evidence)."""
         after = req.after
-        if after is None or req.tool_id == SCREENSHOT:
+        if after is None:
             return None
-        if not any(EVIDENCE_NAMES[name] == SCREENSHOT for name in after.include):
+        asked = {EVIDENCE_NAMES[name] for name in after.include}
+        shot = SCREENSHOT in asked and req.tool_id != SCREENSHOT
+        tree = VISUAL_TREE in asked
+        if not (shot or tree):
             return None
-        return AfterCall(after.screenshot_arguments, after.delay_ms)
+        return AfterCall(
+            after.screenshot_arguments if shot else None,
+            after.delay_ms,
+            after.tree_arguments if tree else None,
+        )
 
     def deliver(self, result: Any, req: CallRequest, transfers: list[Transfer]) -> Any:
         """A screen-bearing result, inline or announced as an ASFT transfer (on request, or
@@ -343,7 +350,11 @@ class WsTransport:
         out: dict[str, Any] = {}
         for name in req.after.include:
             if EVIDENCE_NAMES[name] == VISUAL_TREE:
-                out[name] = failure(None, NO_VISUAL_TREE).item
+                tree = done.tree
+                if tree is not None and tree.error is not None:
+                    out[name] = failure(VISUAL_TREE_TOOL, tree.error).item
+                elif tree is not None:
+                    out[name] = {"toolId": VISUAL_TREE_TOOL, "success": True, "result": tree.result}
             elif done.evidence is not None:
                 shot = done.evidence
                 if shot.error is not None:

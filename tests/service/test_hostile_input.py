@@ -241,13 +241,15 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
         },
     )
     d.start()
-    # Warm up first (capture, the renderer, JPEG encoding, every transport), so the bound is on
-    # what hostile input adds, not on the daemon's first screenshot.
+    # Warm up first (capture, the renderer, JPEG encoding, every transport, the OCR engine's
+    # one-time load and first read), so the bound is on what hostile input adds, not on the
+    # daemon's first screenshot or reading.
     for tool, arguments in (
         ("touch_gesture", {"type": "tap", "point": {"x": 500, "y": 500}}),
         ("keyboard_text", {"text": "warm"}),
         ("screenshot", {"format": "png"}),
         ("screenshot", {}),
+        ("screen_text", {}),
     ):
         assert http_call(d, tool, arguments)[0] == 200
     d.baseline_hwm = peak_rss_kib(d)  # type: ignore[attr-defined]

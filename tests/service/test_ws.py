@@ -294,7 +294,9 @@ async def test_availability_only_and_unchanged_replies(daemon: DaemonProcess) ->
         ]
         assert moved["revision"] == rev and moved["unchanged"] is True
         assert moved["availabilityRevision"] != avail
-        assert sorted(moved["changes"]) == ["screenshot", "wait_for_stable_screen"]
+        # the text tools read the screen, so they go with the capture too
+        screen_tools = ["find_text", "screen_text", "screenshot", "tap_text"]
+        assert sorted(moved["changes"]) == [*screen_tools, "wait_for_stable_screen"]
         change = moved["changes"]["screenshot"]
         assert change["available"] is False and change["code"] == "capture_unavailable"
         assert change["retryable"] is True and change["remediation"]
@@ -302,7 +304,7 @@ async def test_availability_only_and_unchanged_replies(daemon: DaemonProcess) ->
         index = await host.query(detail="index")
         assert index["availabilityRevision"] == moved["availabilityRevision"]
         marked = {t["id"] for t in index["tools"] if t.get("executable") is False}
-        assert marked == {"screenshot", "wait_for_stable_screen"}
+        assert marked == {*screen_tools, "wait_for_stable_screen"}
         runnable = await host.query(detail="index", executableOnly=True)
         assert not marked & {t["id"] for t in runnable["tools"]}
         # Availability is evaluated again right before execution.
@@ -421,12 +423,19 @@ async def test_after_evidence(daemon: DaemonProcess) -> None:
         )
         assert image.shape[1] == shot["result"]["width"] == 120
         assert shot["result"]["format"] == "png"
-        for key in ("visualTree", "tree"):
-            assert evidence[key]["success"] is False
-            assert evidence[key]["error"]["code"] == "visual_tree_unavailable"
-        # No include: the peers' default, the visual tree (honestly absent here).
-        default = ok(await host.call("health_check", {}, after={}))
+        for key in ("visualTree", "tree"):  # the on-device OCR of the frame (screen_text)
+            tree = evidence[key]
+            assert tree["success"] is True and tree["toolId"] == "screen_text", tree
+            assert "Settings" in {e["text"] for e in tree["result"]["elements"]}
+        # No include: the peers' default, the visual tree; visualTreeArguments are screen_text's.
+        region = {"x0": 0, "y0": 0, "x1": 1000, "y1": 200}
+        after = {"visualTreeArguments": {"region": region, "min_confidence": 0.8}}
+        default = ok(await host.call("health_check", {}, after=after))
         assert list(default["evidence"]) == ["visualTree"]
+        elements = default["evidence"]["visualTree"]["result"]["elements"]
+        assert elements and all(e["center"]["y"] <= 200 for e in elements)
+        bad = ok(await host.call("health_check", {}, after={"visualTreeArguments": {"x": 1}}))
+        assert bad["evidence"]["visualTree"]["error"]["code"] == "tool_arguments_invalid"
         # A screenshot's result is its own screenshot evidence.
         own = ok(await host.call("screenshot", {}, after={"include": ["screenshot"]}))
         assert "evidence" not in own and own["result"]["format"] == "jpeg"

@@ -45,6 +45,10 @@ def setup(events: list[Any], capture: list[Availability]) -> tuple[Catalog, Inpu
             events.append(("other", engine.busy))
         return {"ok": True}
 
+    async def tree(args: dict[str, Any], ctx: CallContext) -> Any:
+        events.append(("tree", engine.busy, args))
+        return {"elements": []}
+
     async def note(args: dict[str, Any], ctx: CallContext) -> Any:
         events.append(("note", engine.busy))
         return {"ok": True}
@@ -63,6 +67,14 @@ def setup(events: list[Any], capture: list[Availability]) -> tuple[Catalog, Inpu
                 screenshot,
                 SHOT_ARGS,
                 availability=lambda: capture[0],
+            ),
+            ToolSpec(
+                "screen_text",
+                "",
+                "screen",
+                "read",
+                tree,
+                object_schema({"min_confidence": {"type": "number", "minimum": 0}}),
             ),
             ToolSpec("tap", "", "input", "write", tap, hid=True),
             ToolSpec("other", "", "input", "write", other, hid=True),
@@ -115,3 +127,29 @@ async def test_evidence_of_other_tools_and_its_failures() -> None:
     failed = await catalog.call("broken", {}, after=AfterCall({}))
     assert failed.error is not None and failed.evidence is None
     assert (await catalog.call("note", {})).evidence is None
+
+
+async def test_the_visual_tree_is_taken_beside_the_screenshot_inside_the_flow() -> None:
+    events: list[Any] = []
+    catalog, _ = setup(events, [AVAILABLE])
+    with capture_logs() as logs:
+        after = AfterCall({"quality": 5}, 0, {"min_confidence": 0.7})
+        done = await catalog.call("tap", {}, after=after)
+    # Both while the tap still holds the flow, the screenshot first, each with its arguments.
+    assert events[:3] == [
+        ("tap", True),
+        ("shot", True, {"quality": 5}),
+        ("tree", True, {"min_confidence": 0.7}),
+    ]
+    assert done.evidence is not None and done.evidence.ok
+    assert done.tree is not None and done.tree.ok and done.tree.result == {"elements": []}
+    line = next(e for e in logs if e["event"] == "tool_invocation")
+    assert (line.get("evidence"), line.get("tree_evidence")) == ("ok", "ok")
+    # The tree alone (a screenshot call's own result is its screenshot), and its own checks.
+    events.clear()
+    only = await catalog.call("note", {}, after=AfterCall(None, 0, {}))
+    assert events == [("note", False), ("tree", False, {})]
+    assert only.evidence is None and only.tree is not None and only.tree.ok
+    bad = await catalog.call("note", {}, after=AfterCall(None, 0, {"min_confidence": -1}))
+    assert bad.ok and bad.tree is not None and bad.tree.error is not None
+    assert bad.tree.error.code == "tool_arguments_invalid"

@@ -22,8 +22,10 @@ BOARD = "192.168.42.1"
 PORT = 8080
 
 
-def request(method: str, path: str, body: bytes | None, token: str | None) -> dict[str, object]:
-    conn = http.client.HTTPConnection(BOARD, PORT, timeout=180)
+def request(
+    method: str, path: str, body: bytes | None, token: str | None, timeout: float
+) -> dict[str, object]:
+    conn = http.client.HTTPConnection(BOARD, PORT, timeout=timeout)
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -42,6 +44,7 @@ def main() -> int:
     p.add_argument("body", nargs="?", default='{"input": {}}')
     p.add_argument("--token")
     p.add_argument("--retry-until", type=float, default=0.0)
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a reply")
     args = p.parse_args()
     if args.verb == "get":
         method, path, body = "GET", args.target, None
@@ -51,7 +54,7 @@ def main() -> int:
     while True:
         started = time.monotonic()
         try:
-            out = request(method, path, body, args.token)
+            out = request(method, path, body, args.token, args.timeout)
         except (OSError, http.client.HTTPException) as exc:
             if time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -1,0 +1,289 @@
+"""The visual tree of one frame (its OCR as data) and text matching over it.
+
+Pure: a Reading in, dicts out. Ids are stable within a snapshot (reading order: lines top to
+bottom, then left to right; words left to right), and the snapshot id names the frame it came
+from, so a later call can tell whether the screen still shows it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import regex
+
+from daemon.errors import ToolError
+from daemon.screen.ocr import Crop, Line, Reading, Word
+
+MatchMode = Literal["exact", "contains", "regex"]
+MATCH_MODES = ("exact", "contains", "regex")
+REGEX_TIMEOUT_S = 0.05  # per line: a hostile pattern cannot hold the daemon
+Box = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A normalized 0..1000 rectangle; an element belongs to it when its center is inside."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    @staticmethod
+    def of(raw: dict[str, Any] | None) -> Region | None:
+        if raw is None:
+            return None
+        r = Region(float(raw["x0"]), float(raw["y0"]), float(raw["x1"]), float(raw["y1"]))
+        if r.x1 <= r.x0 or r.y1 <= r.y0:
+            raise ToolError(
+                "region_invalid",
+                "region needs x0 < x1 and y0 < y1 (normalized 0..1000)",
+                details={"region": raw},
+            )
+        return r
+
+    def holds(self, x: float, y: float) -> bool:
+        return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
+
+    def crop(self, w: int, h: int) -> Crop | None:
+        """The pixels to read for this region: the rectangle grown by CROP_MARGIN of the
+        frame's long side (a line whose center is inside keeps the ends that stick out a
+        little), clipped to the frame; None when that is the whole frame."""
+        m = CROP_MARGIN * max(w, h)
+        sx, sy = (w - 1) / 1000, (h - 1) / 1000
+        x0, y0 = max(0, int(self.x0 * sx - m)), max(0, int(self.y0 * sy - m))
+        x1, y1 = min(w, int(self.x1 * sx + m) + 1), min(h, int(self.y1 * sy + m) + 1)
+        return None if (x0, y0, x1, y1) == (0, 0, w, h) else (x0, y0, x1, y1)
+
+
+# A region is read with this share of the frame's long side around it (~38 px at 1920).
+CROP_MARGIN = 0.02
+SNAPSHOT_ID = re.compile(r"f(\d+)-(\d+)(?:-r(\d+)\.(\d+)\.(\d+)\.(\d+))?")
+
+
+def snapshot_id(reading: Reading) -> str:
+    """Names the frame: its capture sequence number and capture time (ms, monotonic), and
+    the rectangle read when a region was (r x0.y0.x1.y1 in pixels)."""
+    f = reading.frame
+    out = f"f{f.seq}-{round(f.captured_at * 1000)}"
+    return out if reading.crop is None else out + "-r" + ".".join(map(str, reading.crop))
+
+
+def snapshot_key(snapshot: str) -> tuple[int, Crop | None] | None:
+    """(frame seq, crop) a snapshot id names, or None when it is not one."""
+    m = SNAPSHOT_ID.fullmatch(snapshot)
+    if m is None:
+        return None
+    crop = m.group(3, 4, 5, 6)
+    return int(m.group(1)), None if crop[0] is None else (
+        int(crop[0]),
+        int(crop[1]),
+        int(crop[2]),
+        int(crop[3]),
+    )
+
+
+def _scale(w: int, h: int) -> tuple[float, float]:
+    """Pixels to normalized units, as the input tools map them back (0 .. size-1 -> 0..1000)."""
+    return 1000 / max(1, w - 1), 1000 / max(1, h - 1)
+
+
+def _norm(box: Box, w: int, h: int) -> dict[str, float]:
+    sx, sy = _scale(w, h)
+    x0, y0, x1, y1 = box
+    return {
+        "x0": round(x0 * sx, 1),
+        "y0": round(y0 * sy, 1),
+        "x1": round(min(x1 * sx, 1000), 1),
+        "y1": round(min(y1 * sy, 1000), 1),
+    }
+
+
+def _center(box: Box, w: int, h: int) -> dict[str, float]:
+    sx, sy = _scale(w, h)
+    x0, y0, x1, y1 = box
+    return {
+        "x": round(min((x0 + x1) / 2 * sx, 1000), 1),
+        "y": round(min((y0 + y1) / 2 * sy, 1000), 1),
+    }
+
+
+def _px(box: Box) -> dict[str, int]:
+    x0, y0, x1, y1 = box
+    return {"x0": x0, "y0": y0, "x1": x1, "y1": y1}
+
+
+def ordered(lines: Iterable[Line]) -> list[Line]:
+    """Reading order: by rows (lines whose vertical centers are within half a line height
+    share a row), left to right inside a row."""
+    rest = sorted(lines, key=lambda ln: (ln.box[1] + ln.box[3]) / 2)
+    out: list[Line] = []
+    while rest:
+        first = rest[0]
+        mid, half = (first.box[1] + first.box[3]) / 2, (first.box[3] - first.box[1]) / 2
+        row = [ln for ln in rest if abs((ln.box[1] + ln.box[3]) / 2 - mid) <= half]
+        out += sorted(row, key=lambda ln: ln.box[0])
+        rest = [ln for ln in rest if ln not in row]
+    return out
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A Reading filtered (region, confidence) and numbered: what screen_text returns."""
+
+    reading: Reading
+    lines: tuple[Line, ...]
+
+    @staticmethod
+    def of(reading: Reading, region: Region | None = None, min_confidence: float = 0.0) -> Tree:
+        w, h = reading.frame.width, reading.frame.height
+        kept = []
+        for line in ordered(reading.lines):
+            if line.confidence < min_confidence:
+                continue
+            if region is not None:
+                c = _center(line.box, w, h)
+                if not region.holds(c["x"], c["y"]):
+                    continue
+            kept.append(line)
+        return Tree(reading, tuple(kept))
+
+    def to_dict(self) -> dict[str, Any]:
+        frame = self.reading.frame
+        w, h = frame.width, frame.height
+        elements: list[dict[str, Any]] = []
+        lines: list[dict[str, Any]] = []
+        for li, line in enumerate(self.lines):
+            ids = []
+            for word in line.words:
+                wid = f"w{len(elements)}"
+                ids.append(wid)
+                elements.append(_element(wid, word, f"l{li}", w, h))
+            lines.append(
+                {
+                    "id": f"l{li}",
+                    "text": line.text,
+                    "confidence": round(line.confidence, 3),
+                    "box": _px(line.box),
+                    "box_normalized": _norm(line.box, w, h),
+                    "center": _center(line.box, w, h),
+                    "words": ids,
+                }
+            )
+        return {
+            "snapshot_id": snapshot_id(self.reading),
+            "frame": {
+                "seq": frame.seq,
+                "captured_at": datetime.fromtimestamp(frame.captured_at_utc, UTC).isoformat(),
+                "width": w,
+                "height": h,
+            },
+            "ocr_ms": self.reading.elapsed_ms,
+            "text": "\n".join(line.text for line in self.lines),
+            "lines": lines,
+            "elements": elements,
+        }
+
+
+def _element(wid: str, word: Word, line_id: str, w: int, h: int) -> dict[str, Any]:
+    return {
+        "id": wid,
+        "type": "text",
+        "text": word.text,
+        "confidence": round(word.confidence, 3),
+        "box": _px(word.box),
+        "box_normalized": _norm(word.box, w, h),
+        "center": _center(word.box, w, h),
+        "line": line_id,
+    }
+
+
+# --- matching ---------------------------------------------------------------------------------
+
+
+def compile_query(query: str, mode: MatchMode) -> regex.Pattern[str]:
+    """One pattern for every mode (exact and contains are escaped literals), so matching has
+    one path and one span rule."""
+    if mode == "regex":
+        try:
+            return regex.compile(query, regex.V1)
+        except regex.error as exc:
+            raise ToolError(
+                "query_invalid",
+                f"query is not a valid regular expression: {exc}",
+                details={"query": query},
+            ) from None
+    literal = regex.escape(query.strip())
+    if mode == "exact":  # case-sensitive, whole words: a line, or a run of words in one
+        return regex.compile(rf"(?<!\S){literal}(?!\S)")
+    return regex.compile(literal, regex.IGNORECASE)
+
+
+def _span_box(line: Line, start: int, end: int) -> Box:
+    """The box of characters start..end of a line: the union of the words they touch."""
+    boxes, pos = [], 0
+    for word in line.words:
+        at = line.text.find(word.text, pos)
+        if at < 0:
+            return line.box
+        pos = at + len(word.text)
+        if at < end and pos > start:
+            boxes.append(word.box)
+    if not boxes:
+        return line.box
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def find(tree: Tree, query: str, mode: MatchMode = "contains") -> list[dict[str, Any]]:
+    """Every match, ranked: whole-line matches first, then by confidence, then by how little
+    else the line says, then reading order. Each has its text, box and center to tap."""
+    pattern = compile_query(query, mode)
+    frame = tree.reading.frame
+    w, h = frame.width, frame.height
+    deadline = time.monotonic() + 1.0
+    found: list[tuple[tuple[float, ...], dict[str, Any]]] = []
+    for li, line in enumerate(tree.lines):
+        text = line.text
+        try:
+            hits = list(pattern.finditer(text, timeout=REGEX_TIMEOUT_S))
+        except TimeoutError:
+            raise ToolError(
+                "query_too_expensive",
+                "the regular expression took too long to match; simplify it",
+                details={"query": query},
+            ) from None
+        for m in hits:
+            if m.end() == m.start():
+                continue  # an empty match says nothing about where to tap
+            box = _span_box(line, m.start(), m.end())
+            whole = m.start() == 0 and m.end() == len(text)
+            rank = (0.0 if whole else 1.0, -line.confidence, len(text) - len(m.group()), li)
+            found.append(
+                (
+                    rank,
+                    {
+                        "text": m.group(),
+                        "line_text": line.text,
+                        "line": f"l{li}",
+                        "confidence": round(line.confidence, 3),
+                        "box": _px(box),
+                        "box_normalized": _norm(box, w, h),
+                        "center": _center(box, w, h),
+                        "whole_line": whole,
+                    },
+                )
+            )
+        if time.monotonic() > deadline:
+            raise ToolError("query_too_expensive", "matching took too long; simplify the query")
+    found.sort(key=lambda item: item[0])
+    return [dict(m, index=i) for i, (_, m) in enumerate(found)]

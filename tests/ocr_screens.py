@@ -1,0 +1,114 @@
+"""Frames with known text for the OCR tests and benchmarks: every simulated-target screen (the
+sim's renderer records each word it draws) and frames drawn here with varied fonts, sizes and
+dark and light backgrounds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from daemon.frames import Image
+from daemon.sim.device import VirtualDevice
+from daemon.sim.render import DrawnWord, Renderer
+
+
+@dataclass(frozen=True)
+class Screen:
+    name: str
+    image: Image
+    words: tuple[DrawnWord, ...]
+
+
+def _sim(name: str, dev: VirtualDevice) -> Screen:
+    r = Renderer()
+    image = r.render(dev.view(None))
+    return Screen(name, image, r.drawn)
+
+
+def sim_screens() -> Iterator[Screen]:
+    """Home, an app with typed field text, the browser, and search, per platform shape."""
+    for platform, w, h in (("ios", 1080, 1920), ("android", 1080, 1920), ("macos", 1920, 1080)):
+        dev = VirtualDevice(platform, w, h)
+        yield _sim(f"{platform} home", dev)
+        dev._open("Notes")
+        dev.apps["Notes"].text = "Meet Anna at 10:30 tomorrow"
+        yield _sim(f"{platform} Notes with text", dev)
+        dev.apps["Notes"].scroll_px = 350
+        yield _sim(f"{platform} Notes scrolled", dev)
+        dev._open("Settings")
+        yield _sim(f"{platform} Settings", dev)
+
+
+FONTS = (
+    cv2.FONT_HERSHEY_SIMPLEX,
+    cv2.FONT_HERSHEY_DUPLEX,
+    cv2.FONT_HERSHEY_COMPLEX,
+    cv2.FONT_HERSHEY_TRIPLEX,
+)
+PHRASES = (
+    "Sign in",
+    "Forgot password?",
+    "Continue with email",
+    "Wi-Fi Bluetooth Airplane",
+    "Cancel  OK",
+    "Battery 87%",
+    "Download update",
+    "Privacy Policy",
+    "Turn on notifications",
+    "Open in app",
+)
+
+
+def varied_screens() -> Iterator[Screen]:
+    """1080x1920 frames: each font at small to large sizes, dark-on-light and light-on-dark."""
+    for fi, font in enumerate(FONTS):
+        for dark in (False, True):
+            bg, ink = ((25, 25, 30), (235, 235, 235)) if dark else ((250, 250, 250), (40, 40, 40))
+            img = np.full((1920, 1080, 3), bg, np.uint8)
+            words: list[DrawnWord] = []
+            y = 140
+            for pi, phrase in enumerate(PHRASES):
+                scale = (0.9, 1.2, 1.6, 2.0)[(pi + fi) % 4]
+                thick = max(1, round(scale * 2))
+                cv2.putText(img, phrase, (60, y), font, scale, ink, thick, cv2.LINE_AA)
+                (_, above), below = cv2.getTextSize(phrase, font, scale, thick)
+                pos = 0
+                for word in phrase.split():
+                    start = phrase.index(word, pos)
+                    pos = start + len(word)
+                    x0 = 60 + cv2.getTextSize(phrase[:start], font, scale, thick)[0][0]
+                    x1 = x0 + cv2.getTextSize(word, font, scale, thick)[0][0]
+                    words.append(DrawnWord(word, (x0, y - above, x1, y + below)))
+                y += 170
+            tone = "dark" if dark else "light"
+            yield Screen(f"font {fi} {tone}", img, tuple(words))
+
+
+def score(screen: Screen, found: list[tuple[str, tuple[int, int, int, int]]]) -> tuple[int, int]:
+    """(recalled, placed): drawn words the OCR read, and of those, how many it placed with
+    their center inside the drawn box (each OCR word is used once)."""
+    pool = list(found)
+    recalled = placed = 0
+    for word in screen.words:
+        hits = [f for f in pool if f[0].strip(".,:;!?") == word.text.strip(".,:;!?")]
+        if not hits:
+            continue
+        x0, y0, x1, y1 = word.box
+        wc = ((x0 + x1) / 2, (y0 + y1) / 2)
+
+        best = min(
+            hits,
+            key=lambda f: (
+                abs((f[1][0] + f[1][2]) / 2 - wc[0]) + abs((f[1][1] + f[1][3]) / 2 - wc[1])
+            ),
+        )
+        pool.remove(best)
+        recalled += 1
+        b = best[1]
+        cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+        if x0 <= cx <= x1 and y0 <= cy <= y1:
+            placed += 1
+    return recalled, placed

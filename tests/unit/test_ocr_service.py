@@ -1,0 +1,98 @@
+"""The OCR service with the real engine: lazy load, one shared run per frame, the bounded queue,
+and matching over a real reading."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from daemon.errors import ToolError
+from daemon.frames import Frame
+from daemon.screen import ocr as ocr_mod
+from daemon.screen.ocr import Ocr
+from daemon.screen.visual_tree import Region, Tree, find, snapshot_id, snapshot_key
+from tests.ocr_screens import sim_screens
+
+pytestmark = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
+
+
+def frame(image: np.ndarray, seq: int) -> Frame:
+    return Frame(image, seq, time.monotonic(), time.time())
+
+
+def test_making_the_service_loads_nothing() -> None:
+    service = Ocr()
+    assert not service.loaded and service._pool is None
+    assert ocr_mod.engine_installed()  # found without importing it
+    if "rapidocr" not in sys.modules:  # another test may have loaded it in this process
+        assert "onnxruntime" not in sys.modules
+
+
+async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> None:
+    service = Ocr()
+    notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
+    f = frame(notes.image, 7)
+    a, b = await asyncio.gather(service.read(f), service.read(f))
+    assert a is b and service.cached(7) is a
+    assert any(line.text == "Notes row 3" for line in a.lines)
+    # distinct tiny frames: one runs, MAX_QUEUED wait, the next is refused at once
+    blank = np.full((64, 64, 3), 255, np.uint8)
+    tasks = [asyncio.ensure_future(service.read(frame(blank, 100 + i))) for i in range(6)]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, ToolError)]
+    assert [r.code for r in refused] == ["ocr_busy"] and refused[0].retryable
+    await service.close()
+
+
+async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> None:
+    service = Ocr()
+    notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
+    reading = await service.read(frame(notes.image, 1))
+    tree = Tree.of(reading)
+    found = find(tree, "notes row 1")  # row 1 and rows 10..19 (contains, any case)
+    assert found[0]["line_text"] == "Notes row 1" and found[0]["whole_line"] is True
+    assert all(not m["whole_line"] for m in found[1:]) and len(found) > 1
+    typed = find(tree, "Anna at", "exact")
+    assert len(typed) == 1 and typed[0]["line_text"].startswith("Meet Anna")
+    drawn = {w.text: w.box for w in notes.words}
+    x0, y0, x1, y1 = drawn["Anna"][0], drawn["Anna"][1], drawn["at"][2], drawn["at"][3]
+    px = typed[0]["box"]
+    cx, cy = (px["x0"] + px["x1"]) / 2, (px["y0"] + px["y1"]) / 2
+    assert x0 <= cx <= x1 and y0 <= cy <= y1
+    assert find(tree, "anna", "exact") == []  # exact is case-sensitive
+    await service.close()
+
+
+async def test_a_region_reads_only_its_pixels_in_frame_coordinates() -> None:
+    service = Ocr()
+    home = next(s for s in sim_screens() if s.name == "ios home")
+    f = frame(home.image, 3)
+    band = Region(0, 0, 1000, 200)
+    crop = band.crop(f.width, f.height)
+    assert crop is not None and crop[:3] == (0, 0, 1080) and 384 < crop[3] < 430  # + margin
+    assert Region(0, 0, 1000, 1000).crop(f.width, f.height) is None  # the whole frame
+    part = await service.read(f, crop)
+    assert part.crop == crop and part.lines
+    assert all(crop[1] <= ln.box[1] and ln.box[3] <= crop[3] for ln in part.lines)
+    sid = snapshot_id(part)
+    assert sid.endswith("-r0.0.1080." + str(crop[3])) and snapshot_key(sid) == (3, crop)
+    assert service.cached(3, crop) is part and service.cached(3) is None
+    # the band's words sit where the whole frame's reading puts them (frame pixels)
+    whole = await service.read(f)
+    assert snapshot_key(snapshot_id(whole)) == (3, None)
+    whole_words = [w for ln in whole.lines for w in ln.words]
+    band_words = [w for ln in Tree.of(part, band).lines for w in ln.words]
+    assert "Settings" in {w.text for w in band_words}
+    for w in band_words:  # centered in a same-text word of the whole (icon glyphs repeat)
+        cx, cy = (w.box[0] + w.box[2]) / 2, (w.box[1] + w.box[3]) / 2
+        assert any(
+            o.text == w.text and o.box[0] <= cx <= o.box[2] and o.box[1] <= cy <= o.box[3]
+            for o in whole_words
+        ), w
+    # once the whole frame is read, it answers any region of that frame
+    assert await service.read(f, (0, 0, 10, 10)) is whole
+    await service.close()

@@ -485,8 +485,8 @@ def send(ssh: Ssh, files: Mapping[str, Path]) -> None:
     )  # fmt: skip
     assert proc.stdin is not None
     try:
-        # PAX, not USTAR: wheel names with several manylinux tags pass USTAR's 100 characters
-        # (charset_normalizer's, which the OCR engine's dependencies bring); GNU tar reads PAX.
+        # PAX, not USTAR: no 100-character limit on names (a wheel with several manylinux tags
+        # passes it); GNU tar reads PAX.
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for name, path in sorted(files.items()):
                 info = _root_owned(tar.gettarinfo(str(path), arcname=name))

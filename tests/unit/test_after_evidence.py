@@ -93,6 +93,7 @@ async def test_hid_evidence_is_taken_inside_the_flow() -> None:
         await asyncio.sleep(0.005)  # the tap holds the flow (its delay); another client queues
         second = asyncio.create_task(catalog.call("other", {}))
         done, queued = await asyncio.gather(first, second)
+        await asyncio.sleep(0)  # the log lines are written after the call (Catalog._emit)
     assert done.ok and queued.ok
     names = [e[0] for e in events]
     # The shot comes right after the tap, with the flow still held: before the queued action,
@@ -135,6 +136,7 @@ async def test_the_visual_tree_is_taken_beside_the_screenshot_inside_the_flow() 
     with capture_logs() as logs:
         after = AfterCall({"quality": 5}, 0, {"min_confidence": 0.7})
         done = await catalog.call("tap", {}, after=after)
+        await asyncio.sleep(0)  # the log line is written after the call (Catalog._emit)
     # Both while the tap still holds the flow, the screenshot first, each with its arguments.
     assert events[:3] == [
         ("tap", True),

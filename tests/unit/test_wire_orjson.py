@@ -138,6 +138,18 @@ def test_every_reply_is_written_byte_for_byte_as_json_writes_it(value: Any) -> N
     assert fast == slow
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_infinity_are_refused_as_json_refuses_them(bad: float) -> None:
+    def attempt() -> str:
+        try:
+            return _compact({"a": [1, {"b": bad}]})
+        except ValueError as exc:
+            return f"refused: {exc}"
+
+    fast, slow = with_and_without_orjson(attempt)
+    assert fast == slow and fast.startswith("refused")
+
+
 def test_a_non_string_key_is_written_as_json_writes_it() -> None:
     assert written({1: 2, "b": [True]}) == ('{"1":2,"b":[true]}', '{"1":2,"b":[true]}')
 

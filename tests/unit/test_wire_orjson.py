@@ -4,8 +4,8 @@ the json path does, with the same messages: no request byte is read differently.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -13,6 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from daemon import wire
+
+T = TypeVar("T")
 
 json_values = st.recursive(
     st.none()
@@ -45,16 +47,21 @@ def fast() -> Iterator[None]:
     wire._orjson_loads = before
 
 
-def both(data: Any) -> tuple[tuple[str, Any], tuple[str, Any]]:
-    """(orjson first, json alone) for `data`; wire is left as it was."""
-    saved = wire._orjson_loads
+def with_and_without_orjson(run: Callable[[], T]) -> tuple[T, T]:
+    """(`run` with orjson first, `run` with json alone); wire is left as it was."""
+    saved = wire._orjson_loads, wire._orjson_dumps
     try:
         wire.use_orjson()
-        with_orjson = outcome(data)
-        wire._orjson_loads = None
-        return with_orjson, outcome(data)
+        fast = run()
+        wire._orjson_loads = wire._orjson_dumps = None
+        return fast, run()
     finally:
-        wire._orjson_loads = saved
+        wire._orjson_loads, wire._orjson_dumps = saved
+
+
+def both(data: Any) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    """(orjson first, json alone) reading `data`."""
+    return with_and_without_orjson(lambda: outcome(data))
 
 
 def same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
@@ -112,17 +119,12 @@ reply_values = st.recursive(
 )
 
 
+_compact = wire.encoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def written(value: Any) -> tuple[str, str]:
-    """(orjson first, json alone) for one compact encoder; wire is left as it was."""
-    saved = wire._orjson_loads, wire._orjson_dumps
-    encode = wire.encoder(ensure_ascii=False, separators=(",", ":"))
-    try:
-        wire.use_orjson()
-        fast = encode(value)
-        wire._orjson_dumps = None
-        return fast, encode(value)
-    finally:
-        wire._orjson_loads, wire._orjson_dumps = saved
+    """(orjson first, json alone) writing `value` with a compact encoder."""
+    return with_and_without_orjson(lambda: _compact(value))
 
 
 @given(reply_values)
@@ -134,6 +136,18 @@ def written(value: Any) -> tuple[str, str]:
 def test_every_reply_is_written_byte_for_byte_as_json_writes_it(value: Any) -> None:
     fast, slow = written(value)
     assert fast == slow
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_infinity_are_refused_as_json_refuses_them(bad: float) -> None:
+    def attempt() -> str:
+        try:
+            return _compact({"a": [1, {"b": bad}]})
+        except ValueError as exc:
+            return f"refused: {exc}"
+
+    fast, slow = with_and_without_orjson(attempt)
+    assert fast == slow and fast.startswith("refused")
 
 
 def test_a_non_string_key_is_written_as_json_writes_it() -> None:

@@ -257,7 +257,9 @@ async def test_an_unplug_while_streaming_fails_fast_and_capture_resumes(
     # When its last user closes the file, vivid "reconnects" (like the cable going back in).
     asked = time.monotonic()
     set_control(node, VIVID_DISCONNECT, 1)
-    e = await error_after_in_flight(capture, asked, 10)
+    # In flight counts from when the control is set, not from when it was asked: under load the
+    # open and ioctl take long enough for vivid to finish more frames (6 > 5 came in s25final2).
+    e = await error_after_in_flight(capture, time.monotonic(), 10)
     assert e.value.code == "capture_unavailable" and e.value.retryable
     assert e.value.details is not None and e.value.details["reason"] == "open"
     record_property("unplug_error_after_ms", f"{(time.monotonic() - asked) * 1000:.0f}")

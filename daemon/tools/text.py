@@ -170,6 +170,10 @@ def same_screen(a: Frame, b: Frame) -> bool:
         return True
     if a.image.shape != b.image.shape:
         return False
+    # The usual answer, ~5x cheaper: no channel of any pixel moved past the delta, so no grey
+    # level did either (grey is a weighted mean of the channels).
+    if cv2.norm(a.image, b.image, cv2.NORM_INF) <= PIXEL_DELTA:
+        return True
     grey = cv2.cvtColor(cv2.absdiff(a.image, b.image), cv2.COLOR_BGR2GRAY)
     _, moved = cv2.threshold(grey, PIXEL_DELTA, 255, cv2.THRESH_BINARY)
     return bool(cv2.countNonZero(moved) <= CHANGED_SHARE * grey.size)

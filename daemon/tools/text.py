@@ -206,6 +206,8 @@ class TextTools:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.screen = rt.screen
+        # The last same_screen answer: callers in a loop on one frame compare it once.
+        self._last_check: tuple[tuple[float, float], bool] | None = None
 
     @property
     def ocr(self) -> Ocr:
@@ -221,13 +223,19 @@ class TextTools:
             crop = region.crop(frame.width, frame.height) if region is not None else None
             return await self.ocr.read(frame, crop)
         snap = self.snapshot(wanted)
-        if snap is None or not await asyncio.to_thread(same_screen, snap.frame, frame):
+        if snap is None or not await self.still_shows(snap, frame):
             raise ToolError(
                 "stale_snapshot",
                 f"snapshot {wanted} no longer matches the screen; call screen_text again",
                 details={"snapshot_id": wanted, "current_frame": frame.seq},
             )
         return snap
+
+    async def still_shows(self, snap: Reading, frame: Frame) -> bool:
+        pair = (snap.frame.captured_at, frame.captured_at)  # monotonic: one frame each
+        if self._last_check is None or self._last_check[0] != pair:
+            self._last_check = (pair, await asyncio.to_thread(same_screen, snap.frame, frame))
+        return self._last_check[1]
 
     def snapshot(self, wanted: str) -> Reading | None:
         """The cached reading a snapshot id names, if it is still cached."""

@@ -465,7 +465,9 @@ def build_deps(wheels: Sequence[Path], facts: BoardFacts, out: Path, ident: str)
             raise DeployError(f"byte-compiling the board's packages failed:\n{compiled.stdout}")
     (tree / "compiled-for").write_text(f"{tag}\n")
     partial = out / "bundle.part"
-    with tarfile.open(partial, "w:gz") as tar:
+    # gzip's own default level, not tarfile's 9: on these 430 MB, 9 took 91 s and 6 took 37 s
+    # for a bundle 0.5 % larger.
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
         for child in sorted(tree.iterdir()):
             tar.add(child, arcname=child.name, filter=_root_owned)
     partial.rename(bundle)  # last: a bundle cut short is never reused

@@ -56,9 +56,13 @@ def vivid_capture_node() -> str | None:
 def set_control(node: str, cid: int, value: int) -> None:
     fd = os.open(node, os.O_RDWR)
     try:
-        fcntl.ioctl(fd, VIDIOC_S_CTRL, struct.pack("Ii", cid, value))
+        set_control_on(fd, cid, value)
     finally:
         os.close(fd)
+
+
+def set_control_on(fd: int, cid: int, value: int) -> None:
+    fcntl.ioctl(fd, VIDIOC_S_CTRL, struct.pack("Ii", cid, value))
 
 
 async def error_after_in_flight(
@@ -253,16 +257,22 @@ async def test_an_unplug_while_streaming_fails_fast_and_capture_resumes(
     node: str, capture: V4L2Capture, record_property: Callable[[str, object], None]
 ) -> None:
     before = await capture.frame(timeout=10)
-    # vivid's Disconnect fakes a yanked cable: every ioctl on the open file fails with ENODEV.
-    # When its last user closes the file, vivid "reconnects" (like the cable going back in).
-    asked = time.monotonic()
-    set_control(node, VIVID_DISCONNECT, 1)
-    # In flight counts from when the control is set, not from when it was asked: under load the
-    # open and ioctl take long enough for vivid to finish more frames (6 > 5 came in s25final2).
-    e = await error_after_in_flight(capture, time.monotonic(), 10)
-    assert e.value.code == "capture_unavailable" and e.value.retryable
-    assert e.value.details is not None and e.value.details["reason"] == "open"
-    record_property("unplug_error_after_ms", f"{(time.monotonic() - asked) * 1000:.0f}")
+    # vivid's Disconnect fakes a yanked cable: every ioctl on an open file fails with ENODEV,
+    # and an open fails too, until every file on the device is closed; then vivid "reconnects"
+    # (the cable goes back in). The test keeps the file it set the control on open, so the
+    # cable stays out until it lets go. (It used to close it at once: the reader's own close
+    # then reconnected vivid, the reader reopened and streamed again before a loaded guest's
+    # waiter looked, and the waiter got 6 frames of the reconnected device and no fault.)
+    fd = os.open(node, os.O_RDWR)
+    try:
+        asked = time.monotonic()
+        set_control_on(fd, VIVID_DISCONNECT, 1)
+        e = await error_after_in_flight(capture, time.monotonic(), 10)
+        assert e.value.code == "capture_unavailable" and e.value.retryable
+        assert e.value.details is not None and e.value.details["reason"] == "open"
+        record_property("unplug_error_after_ms", f"{(time.monotonic() - asked) * 1000:.0f}")
+    finally:
+        os.close(fd)  # the cable goes back in
     # The reader let go of the dead file, vivid came back, and the same object reads again.
     after = await capture.frame(newer_than=time.monotonic(), timeout=10)
     assert after.seq > before.seq and after.image.shape == (360, 640, 3)

@@ -294,7 +294,7 @@ def test_3_tools_api_over_usb_ecm(
 
     # On-device OCR over the same link: a well-formed visual tree of vivid's frame. Only a
     # corner where vivid's OSD prints its first text lines (8x16 px characters from
-    # x=16, y=16) is read, 154x70 px with the region's margin: under TCG the models' vector
+    # x=16, y=16) is read, 154x71 px with the region's margin: under TCG the models' vector
     # code runs 300-700 times slower than here (a 48x160 recognition: 22 ms here, 15 s in
     # qemu-x86_64 -cpu max), so this read took 64 s in qemu-user, a 518x103 band did not end
     # in 10 min in this VM, and the first call also loads the engine (52 s in this VM).

@@ -6,6 +6,7 @@ which also proves that READY is sent only once the listeners are up.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,10 +17,33 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+# A condition the daemon reaches on its own time (a log line written after the reply, a child
+# process's output) is polled under a deadline this generous: the suite shares two cores with
+# two emulated machines, and a fixed count of quick polls ran out before a `cat` echoed.
+SETTLE_S = 60.0
+
+
+async def eventually(
+    check: Callable[[], Any | Awaitable[Any]], what: str, timeout: float = SETTLE_S
+) -> Any:
+    """Poll `check` (sync or async) until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout:.0f} s")
+        await asyncio.sleep(0.05)
 
 
 def free_port() -> int:

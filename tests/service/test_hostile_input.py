@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon import wire
-from tests.service.daemonproc import DaemonProcess, free_port
+from tests.service.daemonproc import DaemonProcess, eventually, free_port
 from tests.service.test_ipc_cli import cli, recv_frame
 
 RSS_BOUND_KIB = 100 * 1024  # what the whole corpus may add to the daemon's peak RSS
@@ -584,15 +584,13 @@ async def test_lone_surrogate_envelope_id_closes_with_1007_and_a_log_line(
         msg = await ws.receive(timeout=10)
         assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 1007, msg
         assert "Unicode" in msg.extra
-    for _ in range(100):  # the daemon logs right after closing: wait for the line
-        if any(
+    await eventually(  # the daemon logs right after closing: wait for the line
+        lambda: any(
             e.get("event") == "ws_protocol_violation" and "Unicode" in e.get("reason", "")
             for e in target.log_events()
-        ):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("no ws_protocol_violation logged")
+        ),
+        "ws_protocol_violation logged",
+    )
     still_fine(target)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from tests.service.daemonproc import REPO, DaemonProcess, free_port, write_config
+from tests.service.daemonproc import REPO, DaemonProcess, eventually, free_port, write_config
 
 
 async def call(
@@ -130,11 +130,14 @@ async def test_shell_background_session(daemon: DaemonProcess) -> None:
     )
     assert body["is_error"] is False, body
     text = ""
-    for _ in range(50):
+
+    async def echoed() -> bool:
+        nonlocal text
         _, body = await call(daemon, "shell", {"input": {"action": "read", "session": sid}})
         text += json.loads(body["output"])["output"]
-        if "hello" in text:
-            break
+        return "hello" in text
+
+    await eventually(echoed, "cat echoes what was written")
     assert text == "hello\n"
     _, body = await call(daemon, "shell", {"input": {"action": "list"}})
     assert [s["session"] for s in json.loads(body["output"])["sessions"]] == [sid]

@@ -18,7 +18,7 @@ import pytest
 
 from daemon.sim.layout import make_layout
 from gadget import keymap
-from tests.service.daemonproc import DaemonProcess
+from tests.service.daemonproc import DaemonProcess, eventually
 
 # Quicker evidence and settles than on a board; the timings of the programs stay the defaults.
 FAST: dict[str, Any] = {
@@ -266,10 +266,7 @@ async def test_client_gone_mid_invocation_does_not_stop_it(make_daemon: Make) ->
             and e["tool"] in ("keyboard_tap", "touch_gesture")
         ]
 
-    for _ in range(200):
-        if len(logged()) == 3:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(logged()) == 3, "three invocations logged")
     assert logged() == [
         ("touch_gesture", "ok", None),
         ("keyboard_tap", "ok", True),

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from daemon.transports import ws_codec
-from tests.service.daemonproc import DaemonProcess
+from tests.service.daemonproc import DaemonProcess, eventually
 from tests.unit.test_ws_catalog import FULL_REPLY_KEYS
 
 Make = Callable[..., DaemonProcess]
@@ -147,12 +147,11 @@ async def post(d: DaemonProcess, path: str) -> Any:
 async def logged(d: DaemonProcess, event: str) -> list[dict[str, Any]]:
     """The daemon's log events once `event` has been logged (it logs after the client sees
     the effect, so poll a little)."""
-    for _ in range(200):
-        events = d.log_events()
-        if any(e.get("event") == event for e in events):
-            return events
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{event} never logged")
+    events: list[dict[str, Any]] = await eventually(
+        lambda: (es := d.log_events()) and any(e.get("event") == event for e in es) and es,
+        f"{event} logged",
+    )
+    return events
 
 
 def peak_rss_kib(d: DaemonProcess) -> int:

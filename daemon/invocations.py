@@ -29,7 +29,7 @@ def caller_label(remote: str | None, header: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Invocation:
+class RunningInvocation:
     tool: str
     transport: str
     caller: str
@@ -49,11 +49,11 @@ class Running:
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self._now: dict[int, Invocation] = {}
+        self._now: dict[int, RunningInvocation] = {}
 
     def enter(self, tool: str, transport: str, caller: str) -> int:
         key = next(self._ids)
-        self._now[key] = Invocation(tool, transport, caller, time.monotonic())
+        self._now[key] = RunningInvocation(tool, transport, caller, time.monotonic())
         return key
 
     def leave(self, key: int) -> None:

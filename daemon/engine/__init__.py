@@ -3,6 +3,6 @@ one serialized HID flow with iOS isolation and held-state cleanup (flow)."""
 
 from __future__ import annotations
 
-from daemon.engine.flow import InputEngine, Session
+from daemon.engine.flow import HidInvocation, InputEngine
 
-__all__ = ["InputEngine", "Session"]
+__all__ = ["HidInvocation", "InputEngine"]

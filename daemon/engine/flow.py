@@ -1,7 +1,7 @@
 """The serialized HID flow: one per daemon, every HID invocation from every transport queues for
-it (asyncio.Lock is first-come first-served), and runs its programs inside a Session.
+it (asyncio.Lock is first-come first-served), and runs its programs inside a HidInvocation.
 
-A Session is one invocation's scope:
+A HidInvocation is one invocation's scope:
 - iOS keyboard isolation: a keyboard program holding a modifier other than shift runs in the
   `keyboard-isolated` profile (AssistiveTouch swallows such shortcuts while the pointer is in the
   composite); consecutive ones share the phase, keys without modifiers do not end it, a pointer
@@ -90,7 +90,7 @@ class Drag:
     expires: float  # monotonic
 
 
-class Session:
+class HidInvocation:
     """One HID invocation's access to the flow. Obtained from InputEngine.invocation()."""
 
     def __init__(self, engine: InputEngine, tool: str):
@@ -243,13 +243,15 @@ class InputEngine:
     # -- the flow ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def invocation(self, tool: str, *, drag: DragRole = "none") -> AsyncIterator[Session]:
+    async def invocation(
+        self, tool: str, *, drag: DragRole = "none"
+    ) -> AsyncIterator[HidInvocation]:
         """Queue for the flow, then hold it for one invocation; its end cleans up, always."""
         self._check_open()
         async with self._flow:
             self._check_open()
             self._check_drag(tool, drag)
-            session = Session(self, tool)
+            session = HidInvocation(self, tool)
             try:
                 yield session
                 if evidence.current.get() is not None:
@@ -288,7 +290,7 @@ class InputEngine:
         except GadgetError as e:
             raise ToolError(e.code, e.message, retryable=e.retryable) from None
 
-    async def use_profile(self, name: str, session: Session | None = None) -> bool:
+    async def use_profile(self, name: str, session: HidInvocation | None = None) -> bool:
         """Make `name` live; after a real switch, wait the settle before any report."""
         await self._wait_late_switch()
         if self.profiles.profile == name:
@@ -411,7 +413,7 @@ class InputEngine:
         except Exception:  # a task nobody awaits: its fault is logged, never lost
             log.exception("profile_restore_failed_in_background")
 
-    async def restore_full(self, session: Session | None = None) -> bool:
+    async def restore_full(self, session: HidInvocation | None = None) -> bool:
         try:
             return await self.use_profile(FULL, session)
         except ToolError as e:

@@ -96,7 +96,7 @@ class _Output:
 
 
 @dataclass
-class Session:
+class ShellSession:
     id: str
     command: str
     proc: asyncio.subprocess.Process
@@ -130,7 +130,7 @@ class ShellService:
         self.max_sessions = cfg.max_sessions
         self.keep_ended_s = cfg.keep_ended_s
         self.max_ended = cfg.max_ended
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, ShellSession] = {}
         self._ids = itertools.count(1)
         self._tag = secrets.token_hex(8)  # this daemon's mark: nobody else's processes carry it
         self._ending: set[asyncio.Task[None]] = set()
@@ -199,7 +199,9 @@ class ShellService:
             )
         sid = f"s{next(self._ids)}"
         proc = await self._spawn(command, cwd, stdin=True, mark=self._mark(sid))
-        session = Session(sid, command, proc, _Output(self.cap), time.monotonic(), self._mark(sid))
+        session = ShellSession(
+            sid, command, proc, _Output(self.cap), time.monotonic(), self._mark(sid)
+        )
         assert proc.stdout is not None
         session.pump = asyncio.create_task(_pump(proc.stdout, session.out))
         session.exited = asyncio.create_task(proc.wait())
@@ -207,7 +209,7 @@ class ShellService:
         self.sessions[sid] = session
         return session.describe()
 
-    def _ended(self, s: Session) -> None:
+    def _ended(self, s: ShellSession) -> None:
         # Reaping here too keeps the bound at every moment, not only from the next shell call:
         # a listing could otherwise count a session that ended after that call's reap.
         s.ended_at = time.monotonic()
@@ -228,13 +230,13 @@ class ShellService:
                 del self.sessions[s.id]
                 self._end_later(s)  # what it left running (setsid children) goes with it
 
-    def _end_later(self, s: Session) -> asyncio.Task[None]:
+    def _end_later(self, s: ShellSession) -> asyncio.Task[None]:
         task = asyncio.create_task(_end(s))
         self._ending.add(task)
         task.add_done_callback(self._ending.discard)
         return task
 
-    def _get(self, sid: str) -> Session:
+    def _get(self, sid: str) -> ShellSession:
         self._reap()
         try:
             return self.sessions[sid]
@@ -364,7 +366,7 @@ def _group(proc: asyncio.subprocess.Process) -> int:
     return proc.pid if proc.returncode is None else 0
 
 
-async def _end(s: Session) -> None:
+async def _end(s: ShellSession) -> None:
     await _end_tree(_group(s.proc), s.mark, END_GRACE_S)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(s.proc.wait(), 2)

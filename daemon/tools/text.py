@@ -14,7 +14,7 @@ from typing import Any
 import cv2
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
-from daemon.engine import Session
+from daemon.engine import HidInvocation
 from daemon.engine import program as prog
 from daemon.errors import ToolError
 from daemon.frames import Frame
@@ -295,7 +295,7 @@ class TextTools:
         point = prog.normalize(float(center["x"]), float(center["y"]), "$.query", None)
         tools = InputTools(self.rt)
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             program = prog.tap(tools.cfg, tools.pointer, point, s.pointer_at)
             await s.run(program)
             return {"ok": True, "type": "tap", "point": point.to_dict(), "text": match["text"]}

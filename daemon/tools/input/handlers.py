@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from daemon.catalog import SCREEN_NOT_SETTLED, CallContext
-from daemon.engine import Session
+from daemon.engine import HidInvocation
 from daemon.engine import program as prog
 from daemon.engine.program import Point, Program, invalid
 from daemon.errors import ToolError
@@ -129,7 +129,7 @@ class InputTools:
     async def with_evidence(
         self,
         tool: str,
-        act: Callable[[Session], Awaitable[dict[str, Any]]],
+        act: Callable[[HidInvocation], Awaitable[dict[str, Any]]],
         *,
         wait: bool = True,
         delay_ms: int = 0,
@@ -157,7 +157,7 @@ class InputTools:
     async def touch_gesture(self, args: TouchGestureArgs, ctx: CallContext) -> Any:
         kind = args.type or "actions"  # the schema: one of type or actions
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             program, info = await self.gesture_program(kind, args, s.pointer_at)
             await s.run(program)
             return {
@@ -271,7 +271,7 @@ class InputTools:
         keys = prog.resolve_keys(args.names, self.layout)
         program = prog.chord(self.cfg, keys, args.repeat)
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             await s.run(program)
             return {"ok": True, "keys": [k.name for k in keys], "repeat": args.repeat}
 
@@ -296,7 +296,7 @@ class InputTools:
         delete = self.keys_program(["backspace"])
         enter = self.keys_program(["enter"])
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             p = await self.point(args.point, "$.point", args.coord_space)
             await s.run(prog.tap(self.cfg, self.pointer, p, s.pointer_at))
             await asyncio.sleep(self.cfg.focus_settle_ms / 1000)
@@ -323,7 +323,7 @@ class InputTools:
     # -- mouse --------------------------------------------------------------------------------
 
     async def mouse_move(self, args: MouseMoveArgs, ctx: CallContext) -> Any:
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             p = await self.point({"x": args.x, "y": args.y}, "$", args.coord_space)
             await s.run(prog.mouse_move(self.cfg, self.pointer, p))
             return {"ok": True, "point": p.to_dict()}
@@ -333,7 +333,7 @@ class InputTools:
     async def mouse_scroll(self, args: MouseScrollArgs, ctx: CallContext) -> Any:
         delta, horizontal = int(args.delta), args.horizontal
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             at = s.pointer_at or Point(500, 500)
             await s.run(prog.mouse_scroll(self.cfg, self.pointer, at, delta, horizontal))
             return {"ok": True, "delta": delta, "horizontal": horizontal, "at": at.to_dict()}
@@ -361,7 +361,7 @@ class InputTools:
                 self.cfg, self.pointer, prog.resolve_swipe(Point(x, y), direction=direction)
             )
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             await s.run(program)
             return {"ok": True, "action": name, "via": describe_quick(table[name])}
 
@@ -373,7 +373,7 @@ class InputTools:
         opener = self.keys_program(SEARCH_KEYS[self.platform])
         enter = self.keys_program(["enter"])
 
-        async def act(s: Session) -> dict[str, Any]:
+        async def act(s: HidInvocation) -> dict[str, Any]:
             await s.run(opener)
             await asyncio.sleep(self.cfg.search_open_ms / 1000)
             await s.type_text(typed, caps_sensitive=caps)

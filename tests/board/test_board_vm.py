@@ -294,10 +294,11 @@ def test_3_tools_api_over_usb_ecm(
 
     # On-device OCR over the same link: a well-formed visual tree of vivid's frame. Only a
     # corner where vivid's OSD prints its first text lines (8x16 px characters from
-    # x=16, y=16) is read, 154x71 px with the region's margin: under TCG the models' vector
-    # code runs 300-700 times slower than here (a 48x160 recognition: 22 ms here, 15 s in
-    # qemu-x86_64 -cpu max), so this read took 64 s in qemu-user, a 518x103 band did not end
-    # in 10 min in this VM, and the first call also loads the engine (52 s in this VM).
+    # x=16, y=16) is read, 154x71 px with the region's margin: under TCG the models run far
+    # slower than here, and the first call also loads the engine (52 s in this VM). With
+    # `-cpu max` (AVX offered, and emulated very slowly) this read took 136 s in this VM and a
+    # 518x103 band did not end in 10 min; the guest CPU is now the AVX-free
+    # GUEST_CPU (tests/kernel/setup.py).
     # The region must hold a line's center (an element belongs to a region by its center):
     # y 0..30 of 1000 is 0..32 px, past the first line's center at ~24 px. (0..10, 11 px, held
     # none: the margin let the OCR read both lines, and the region then dropped them.)

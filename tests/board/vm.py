@@ -45,7 +45,7 @@ def free_port() -> int:
 def qemu_command(img: image.Image, port: int, console: Path) -> list[str]:
     return [
         "qemu-system-x86_64",
-        "-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1",
+        "-accel", "tcg", "-cpu", image.kernel_tier.GUEST_CPU, "-m", "1024", "-smp", "1",
         "-display", "none", "-no-reboot",
         "-serial", f"file:{console}",
         "-kernel", str(img.kernel), "-initrd", str(img.initrd),

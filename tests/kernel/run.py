@@ -43,7 +43,7 @@ def qemu_command(art: setup.Artifacts, work: Path) -> list[str]:
     return [
         "qemu-system-x86_64",
         "-accel", "tcg",
-        "-cpu", "max",  # numpy/OpenCV wheels want more than qemu64's SSE2
+        "-cpu", setup.GUEST_CPU,
         "-smp", "1",
         "-m", "1024",
         "-nographic", "-no-reboot", "-nic", "none",

@@ -1,12 +1,12 @@
 """`make test`: the three tiers, with the board VM running beside the other two.
 
-The board VM (tests/board: one QEMU core under TCG, about 13 min) is the long pole. The service
+The board VM (tests/board: one QEMU core under TCG, about 10 min idle) starts first. The service
 tier (pytest, about 9 min) and then the kernel tier (about 3 min) run while it boots, deploys
-and checks, so the suite takes about as long as the board VM alone instead of the sum of all
-three. The service and kernel tiers print as they go. The board VM's output goes to
-test-artifacts/board-test.log while it runs and is printed whole when it ends. Every tier runs
-even when an earlier one failed, so one run reports every tier. The last lines give each
-tier's result and wall time. The exit status is 0 only when all three passed.
+and checks, so the suite takes about as long as the longer of the two lines (about 12 min)
+instead of the sum of all three. The service and kernel tiers print as they go. The board
+VM's output goes to test-artifacts/board-test.log while it runs and is printed whole when it
+ends. Every tier runs even when an earlier one failed, so one run reports every tier. The last
+lines give each tier's result and wall time. The exit status is 0 only when all three passed.
 """
 
 from __future__ import annotations

@@ -168,6 +168,14 @@ class DaemonProcess:
                 self.notifications.append(self._notify.recv(4096).decode())
         return self.notifications
 
+    def memory_kib(self, field: str) -> int:
+        """One of the kernel's memory figures for the daemon (VmRSS, VmHWM: /proc/PID/status)."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+        raise AssertionError(f"no {field} for the daemon")
+
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

@@ -268,18 +268,6 @@ def tools(target: DaemonProcess) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in target.get_json("/api/tools")["tools"]}
 
 
-def status_kib(d: DaemonProcess, field: str) -> int:
-    assert d.proc is not None
-    for line in Path(f"/proc/{d.proc.pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field}")
-
-
-def peak_rss_kib(d: DaemonProcess) -> int:
-    return status_kib(d, "VmHWM")
-
-
 class MemoryWatch:
     """The daemon's peak RSS over the warm-up's peak, window by window (a window runs from one
     check to the next: usually one request); the peak is reset after each check (clear_refs 5,
@@ -290,7 +278,7 @@ class MemoryWatch:
 
     def __init__(self, d: DaemonProcess) -> None:
         self.d = d
-        self.baseline_hwm = peak_rss_kib(d)
+        self.baseline_hwm = d.memory_kib("VmHWM")
         self.start()
 
     def start(self) -> None:
@@ -302,10 +290,10 @@ class MemoryWatch:
         with self.d.log_path.open("rb") as log:
             log.seek(self.log_at)
             ocr_read = b'"event":"ocr.read"' in log.read()
-        grown = peak_rss_kib(self.d) - self.baseline_hwm
+        grown = self.d.memory_kib("VmHWM") - self.baseline_hwm
         bound = RSS_BOUND_KIB + (OCR_READ_KIB if ocr_read else 0)
         assert grown < bound, f"peak RSS grew by {grown} KiB (an OCR read ran: {ocr_read})"
-        kept = status_kib(self.d, "VmRSS") - self.baseline_hwm
+        kept = self.d.memory_kib("VmRSS") - self.baseline_hwm
         assert kept < RSS_BOUND_KIB, f"RSS grew by {kept} KiB over the warm-up's peak"
         self.start()
 

@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -43,13 +42,6 @@ def jpeg_image(part: Part) -> Any:
     image = cv2.imdecode(np.frombuffer(part.body, np.uint8), cv2.IMREAD_COLOR)
     assert image is not None, "not a JPEG"
     return image
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 async def test_viewers_share_one_feed_and_capture_stops_after_the_last(
@@ -139,7 +131,6 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
 ) -> None:
     d = make_daemon({"stream": {"stall_timeout_s": 15.0}})
     d.post_json("/api/sim/animate_on")
-    assert d.proc is not None
     query = "fps=30&quality=95"
     async with aiohttp.ClientSession() as s:
         async with s.get(f"{d.base}/api/snapshot?quality=95") as r:
@@ -153,7 +144,7 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
                 for _ in range(12):  # eight seconds of frames, the stalled readers reading none
                     for _ in range(20):
                         assert (await live.next()) is not None
-                    samples.append(rss_kib(d.proc.pid))
+                    samples.append(d.memory_kib("VmRSS"))
                 # The allocator's own noise is about +-10 MB (two feeds encoding in worker
                 # threads); frames piling up per viewer would be this much, and growing.
                 grown = float(np.median(samples[-3:]) - np.median(samples[:3]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,22 +115,14 @@ async def test_short_daily_series(
     await assert_upstream_error(d, LAT_LON)
 
 
-def _kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(field)
-
-
 # Replaces: a 200 MB upstream body -> read whole (daemon RSS 893 MB), then a 500.
 async def test_endless_body_is_cut_at_the_cap(
     make_daemon: Callable[..., DaemonProcess], fake_open_meteo: str
 ) -> None:
     d = weather_daemon(make_daemon, fake_open_meteo, "/endless", "/endless")
-    assert d.proc is not None
-    before = _kib(d.proc.pid, "VmRSS")
+    before = d.memory_kib("VmRSS")
     replies = [await call(d, "weather", {"input": a}) for a in (LAT_LON, {"location": "X"})]
-    grown = _kib(d.proc.pid, "VmHWM") - before
+    grown = d.memory_kib("VmHWM") - before
     assert grown < 32 << 10, f"peak RSS grew {grown} KiB reading a capped reply"
     for status, body in replies:
         assert status == 200 and body["error"]["code"] == "weather_upstream_error", body

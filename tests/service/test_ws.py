@@ -154,14 +154,6 @@ async def logged(d: DaemonProcess, event: str) -> list[dict[str, Any]]:
     return events
 
 
-def peak_rss_kib(d: DaemonProcess) -> int:
-    assert d.proc is not None
-    for line in Path(f"/proc/{d.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmHWM")
-
-
 # -- the upgrade ----------------------------------------------------------------------------
 
 
@@ -639,12 +631,12 @@ async def test_gzip_bomb_costs_nothing(daemon: DaemonProcess) -> None:
     assert len(bomb["data"]) < 1 << 20  # 512 MiB of zeros in well under 1 MiB of text
     async with connect(daemon) as host:
         await host.call("health_check")  # warm up, so the baseline includes a request
-        before = peak_rss_kib(daemon)
+        before = daemon.memory_kib("VmHWM")
         for _ in range(3):
             reply = await host.request("tool.call", bomb)
             bad = error(reply, "tool_protocol_invalid_request")
             assert bad["details"]["reason"] == "payload_too_large"
-        grown_mib = (peak_rss_kib(daemon) - before) / 1024
+        grown_mib = (daemon.memory_kib("VmHWM") - before) / 1024
         assert grown_mib < 64, f"peak RSS grew {grown_mib:.0f} MiB decoding a gzip bomb"
         assert ok(await host.call("health_check"))["result"]["ok"] is True
 

@@ -31,7 +31,9 @@ SETTLE_S = 60.0
 
 
 async def eventually(
-    check: Callable[[], Any | Awaitable[Any]], what: str, timeout: float = SETTLE_S
+    check: Callable[[], Any | Awaitable[Any]],
+    what: str = "the condition",
+    timeout: float = SETTLE_S,
 ) -> Any:
     """Poll `check` (sync or async) until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout

@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,24 +16,13 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.service.daemonproc import DaemonProcess
+from tests.service.daemonproc import DaemonProcess, eventually
 from tests.service.mjpeg import Part, Stream
 
 
 async def health_stream(d: DaemonProcess) -> dict[str, Any]:
     reply = await asyncio.to_thread(d.post_json, "/api/tools/health_check")
     return dict(json.loads(reply["output"])["stream"])
-
-
-async def until(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    """Poll an async condition until it holds (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
 
 
 def jpeg_image(part: Part) -> Any:
@@ -68,7 +56,7 @@ async def test_viewers_share_one_feed_and_capture_stops_after_the_last(
         # One encode per frame, however many viewers: encoded ~ frames of one viewer.
         assert during["frames_encoded"] <= during["frames_delivered"] / 2 + 2
     # After the last viewer: no feed, no capture, and the target renders nothing more.
-    await until(lambda: _idle(d))
+    await eventually(lambda: _idle(d))
     rendered = d.sim_state()["frames_rendered"]
     for _ in range(10):  # ten frame intervals of 30 fps, watched, not slept through blindly
         await asyncio.sleep(1 / 30)
@@ -91,9 +79,9 @@ async def test_different_params_get_their_own_feed_and_joining_late_works(
             assert part is not None
             jpeg_image(part)
             assert (await health_stream(d))["feeds"] == 2
-        await until(lambda: _feeds(d, 1))
+        await eventually(lambda: _feeds(d, 1))
         assert (await Stream(r1).next()) is not None  # the first viewer goes on
-    await until(lambda: _idle(d))
+    await eventually(lambda: _idle(d))
 
 
 async def _feeds(d: DaemonProcess, n: int) -> bool:
@@ -139,7 +127,7 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
             live = Stream(r)
             stalled = [stalled_reader(d.port, query) for _ in range(STALLED)]
             try:
-                await until(lambda: _viewers(d, 1 + STALLED))
+                await eventually(lambda: _viewers(d, 1 + STALLED))
                 samples = []
                 for _ in range(12):  # eight seconds of frames, the stalled readers reading none
                     for _ in range(20):
@@ -150,7 +138,7 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
                 grown = float(np.median(samples[-3:]) - np.median(samples[:3]))
                 piled_kib = STALLED * 180 * frame_bytes / 1024
                 assert grown < piled_kib / 4, f"RSS grew {grown} KiB; piled up: {piled_kib}"
-                metrics = await until(lambda: _stalled(d, STALLED))  # then they are dropped
+                metrics = await eventually(lambda: _stalled(d, STALLED))  # then they are dropped
                 assert metrics["viewers"] == 1  # the good one stays
                 for sock in stalled:  # and their connections with them, not held for good
                     assert await asyncio.to_thread(closed_by_daemon, sock)
@@ -158,7 +146,7 @@ async def test_stalled_readers_are_dropped_and_memory_stays_flat(
                 for sock in stalled:
                     sock.close()
             assert (await live.next()) is not None
-    await until(lambda: _idle(d))
+    await eventually(lambda: _idle(d))
 
 
 async def _viewers(d: DaemonProcess, n: int) -> bool:
@@ -315,7 +303,7 @@ async def test_live_lists_running_invocations_with_their_caller(
         async def running() -> list[dict[str, Any]]:
             return list(d.get_json("/api/live")["running"])
 
-        entries = await until(running)
+        entries = await eventually(running)
         assert entries[0]["tool"] == "wait_for_stable_screen"
         assert entries[0]["transport"] == "http"
         assert entries[0]["caller"] == "127.0.0.1/agent7"  # the label, cleaned

@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.service.daemonproc import DaemonProcess
+from tests.service.daemonproc import DaemonProcess, eventually
 from tests.service.test_input_tools import FAST, FIELD, tile
 from tests.service.test_ipc_cli import cli
 from tests.service.test_mcp import mcp_client
@@ -88,16 +88,6 @@ async def traced(
 async def health(d: DaemonProcess) -> dict[str, Any]:
     out: dict[str, Any] = await tool(d, "health_check", {})
     return out
-
-
-async def until(check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
 
 
 def restart(d: DaemonProcess) -> DaemonProcess:
@@ -285,7 +275,7 @@ async def test_retention_by_size(make_daemon: Make) -> None:
             rows = await traced(d, "?limit=1")
             return rows and rows[0]["id"] not in seen and rows[0]["id"]
 
-        ids.append(await until(new_tap))  # on file before the next tap
+        ids.append(await eventually(new_tap))  # on file before the next tap
     kept = {r["id"] for r in await traced(d, "?limit=1000")}
     assert ids[-1] in kept and ids[0] not in kept and 0 < len(kept) < len(ids), (len(kept), kept)
     d.stop()
@@ -302,7 +292,7 @@ async def test_retention_by_age(make_daemon: Make) -> None:
     async def gone() -> bool:
         return old["id"] not in {r["id"] for r in await traced(d)}
 
-    await until(gone, timeout=10)  # pruned while idle
+    await eventually(gone, timeout=10)  # pruned while idle
     await health(d)
     assert len(await traced(d, count=1)) == 1
 
@@ -334,7 +324,7 @@ async def test_a_full_disk_turns_recording_off_and_the_tools_keep_working(
             trace = (await health(d))["trace"]
             return None if trace["recording"] else trace
 
-        trace = await until(off, timeout=60)
+        trace = await eventually(off, timeout=60)
         assert trace["reason"] and trace["recorded"] >= 1
         await tool(d, "touch_gesture", {"type": "tap", "point": tile("ios", "Notes")})
         assert d.sim_state()["app"] == "Notes"
@@ -373,7 +363,7 @@ async def test_a_read_only_state_folder_turns_recording_off(
             folder, {"input": dict(FAST), "auth": {"token": "a-token-set-in-the-config"}}
         ).start()
         try:
-            trace = await until(lambda: _off(d))
+            trace = await eventually(lambda: _off(d))
             assert trace["recording"] is False and trace["reason"]
             await tool(d, "touch_gesture", {"type": "tap", "point": tile("ios", "Notes")})
             assert d.sim_state()["app"] == "Notes"

@@ -147,11 +147,10 @@ async def post(d: DaemonProcess, path: str) -> Any:
 async def logged(d: DaemonProcess, event: str) -> list[dict[str, Any]]:
     """The daemon's log events once `event` has been logged (it logs after the client sees
     the effect, so poll a little)."""
-    events: list[dict[str, Any]] = await eventually(
-        lambda: (es := d.log_events()) and any(e.get("event") == event for e in es) and es,
-        f"{event} logged",
+    await eventually(
+        lambda: any(e.get("event") == event for e in d.log_events()), f"{event} logged"
     )
-    return events
+    return d.log_events()
 
 
 # -- the upgrade ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from daemon.sim.layout import make_layout
-from tests.service.daemonproc import DaemonProcess
+from tests.service.daemonproc import DaemonProcess, eventually
 from tests.service.test_input_tools import Make, call, ok, start, state, tools_by_name
 from tests.service.test_mcp import mcp_client, text_json
 
@@ -46,9 +46,12 @@ async def test_screen_text_reads_the_home_screen_with_positions(make_daemon: Mak
     assert len(ids) == len(set(ids))
     line_ids = {ln["id"] for ln in tree["lines"]}
     assert all(e["line"] in line_ids for e in tree["elements"])
-    # a region keeps only text centered inside it; a high confidence floor keeps fewer
+    # a region keeps only text centered inside it; a high confidence floor keeps fewer. The
+    # icons' one-letter glyphs are left out of the comparison: which of them read as letters
+    # depends on the crop and on the CPU's kernels (an AVX-512 machine read an "s" in the band
+    # that the whole frame lacked).
     top = await ok(d, "screen_text", {"region": {"x0": 0, "y0": 0, "x1": 1000, "y1": 200}})
-    assert {e["text"] for e in top["elements"]} < set(words)
+    assert {e["text"] for e in top["elements"] if len(e["text"]) > 1} < set(words)
     assert all(e["center"]["y"] <= 200 for e in top["elements"])
     assert "Settings" in {e["text"] for e in top["elements"]}
     assert "Files" not in {e["text"] for e in top["elements"]}
@@ -97,6 +100,15 @@ async def test_snapshot_is_reused_while_current_and_stale_after_a_change(
     again = await ok(d, "find_text", {"query": "Mail", "snapshot_id": snap})
     assert again["snapshot_id"] == snap and again["count"] >= 1
     await open_notes(d)
+
+    async def capture_shows_notes() -> bool:
+        # The target's state changes before the capture shows it (a frame lasts a period, and
+        # under load the stability wait can settle before the launch lands): a snapshot goes
+        # stale when the capture changes, so wait for a fresh reading without the home screen.
+        fresh = await ok(d, "screen_text", {})
+        return "Mail" not in {e["text"] for e in fresh["elements"]}
+
+    await eventually(capture_shows_notes, "a capture that shows Notes")
     e = await err(d, "find_text", {"query": "Mail", "snapshot_id": snap})
     assert e["code"] == "stale_snapshot", e
     e = await err(d, "tap_text", {"query": "Mail", "snapshot_id": snap})

@@ -171,6 +171,15 @@ def deployed(
     template = template.replace(
         default, f"profile_switch_timeout_s = {min(300, round(30 * board.slowness))}.0"
     )
+    # Likewise the write limit: a real host polls a new keyboard at once, and 750 ms past a
+    # program's end is ample there; here the guest's usbhid fetched the iOS chord's four reports
+    # over 0.8 s with a core hogged (h5, stop 28: all four arrived, the call said
+    # hid_write_timeout).
+    default = "write_timeout_ms = 750.0"
+    assert default in template
+    template = template.replace(
+        default, f"write_timeout_ms = {min(60000, round(5000 * board.slowness))}.0"
+    )
     # Likewise udev's giving the re-created /dev/hidgN nodes the daemon's group after a switch:
     # milliseconds on a board, more than the 10 s default once in a loaded run here (s26load:
     # board.nodes_not_accessible, then the chord failed with hid_io_failed on EACCES).

@@ -274,7 +274,18 @@ async def test_an_unplug_while_streaming_fails_fast_and_capture_resumes(
     finally:
         os.close(fd)  # the cable goes back in
     # The reader let go of the dead file, vivid came back, and the same object reads again.
-    after = await capture.frame(newer_than=time.monotonic(), timeout=10)
+    # vivid reconnects after the last close on its own time: in a loaded run (h6, stop 28) the
+    # reader's reopen failed once and the asker got the retryable "open" error, the right
+    # answer then. Resuming is what is checked: asked again, a frame comes.
+    end = time.monotonic() + 60
+    while True:
+        try:
+            after = await capture.frame(newer_than=time.monotonic(), timeout=10)
+            break
+        except ToolError as e:
+            assert e.code == "capture_unavailable" and e.retryable, e
+            assert time.monotonic() < end, "capture never resumed after the cable went back in"
+            await asyncio.sleep(0.5)
     assert after.seq > before.seq and after.image.shape == (360, 640, 3)
 
 

@@ -107,8 +107,12 @@ def score(screen: Screen, found: list[tuple[str, tuple[int, int, int, int]]]) ->
         )
         pool.remove(best)
         recalled += 1
-        b = best[1]
-        cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
-        if x0 <= cx <= x1 and y0 <= cy <= y1:
+        if centered_in(best[1], word.box):
             placed += 1
     return recalled, placed
+
+
+def centered_in(box: tuple[int, int, int, int], drawn: tuple[int, int, int, int]) -> bool:
+    """Whether `box`'s center lies inside the `drawn` box (both x0, y0, x1, y1 pixels)."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    return drawn[0] <= cx <= drawn[2] and drawn[1] <= cy <= drawn[3]

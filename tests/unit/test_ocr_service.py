@@ -15,7 +15,7 @@ from daemon.frames import Frame
 from daemon.screen import ocr as ocr_mod
 from daemon.screen.ocr import Ocr
 from daemon.screen.visual_tree import Region, Tree, find, snapshot_id, snapshot_key
-from tests.ocr_screens import sim_screens
+from tests.ocr_screens import centered_in, sim_screens
 
 pytestmark = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
 
@@ -95,15 +95,10 @@ async def test_a_region_reads_only_its_pixels_in_frame_coordinates() -> None:
     assert {"Maps", "Clock", "Notes", "Weather"} <= {d.text for d in labels}
     for label in labels:
         for reading in (band_words, whole_words):
-            assert any(w.text == label.text and _centered_in(w.box, label.box) for w in reading), (
+            assert any(w.text == label.text and centered_in(w.box, label.box) for w in reading), (
                 label,
                 reading is whole_words,
             )
     # once the whole frame is read, it answers any region of that frame
     assert await service.read(f, (0, 0, 10, 10)) is whole
     await service.close()
-
-
-def _centered_in(box: tuple[int, int, int, int], drawn: tuple[int, int, int, int]) -> bool:
-    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-    return drawn[0] <= cx <= drawn[2] and drawn[1] <= cy <= drawn[3]

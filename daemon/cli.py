@@ -95,7 +95,7 @@ class Rejected(Exception):
         self.message = message
 
 
-class _Parser(argparse.ArgumentParser):
+class _CliParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise Rejected("INVALID_COMMAND", f"{message} (see fingertip --help)")
 
@@ -116,7 +116,7 @@ def _seconds(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = _CliParser(
         prog="fingertip",
         description="Call the Fingertip daemon's tools: one JSON object out per invocation.",
         epilog=EPILOG,

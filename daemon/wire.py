@@ -292,8 +292,24 @@ dumps = encoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def iso_utc(ts: float) -> str:
-    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    """2024-05-01T12:00:00.123Z (milliseconds truncated, like strftime's %f cut to three).
+
+    Every reply and envelope carries one: the seconds part is formatted once per second and
+    the microseconds rounded as datetime.fromtimestamp rounds them (half to even)."""
+    frac, whole = math.modf(ts)
+    micros = round(frac * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    second = int(whole)
+    if second != _iso_second[0]:
+        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _iso_second[:] = [second, stamp]
+    return f"{_iso_second[1]}.{micros // 1000:03d}Z"
+
+
+_iso_second: list[Any] = [None, ""]  # the last second iso_utc formatted, and its text
 
 
 def output_text(result: Any) -> str:

@@ -28,7 +28,7 @@ DEFAULT_CONFIG = Path("/etc/fingertip/fingertip.toml")
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
 
 
-class _Parser(argparse.ArgumentParser):
+class _GadgetCliParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block: systemd's journal shows it whole.
         self.exit(2, f"{PROG}: {message} (see {self.prog} --help)\n")
@@ -67,7 +67,7 @@ def load_config(path: Path | None) -> tuple[str, GadgetSettings]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    p = _GadgetCliParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, help=f"config file (default {DEFAULT_CONFIG})")
     p.add_argument("--log-level", choices=LEVELS, default="warning")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

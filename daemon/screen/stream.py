@@ -199,8 +199,13 @@ class StreamHub:
         return any(f.task is not None and not f.task.done() for f in self.feeds.values())
 
     def metrics(self) -> dict[str, Any]:
-        now = time.monotonic()
-        recent = sum(1 for t in self._deliveries if t > now - FPS_WINDOW_S)
+        # Deliveries are appended in time order: those older than the window leave from the
+        # left, so health_check counts the window without scanning it.
+        cutoff = time.monotonic() - FPS_WINDOW_S
+        deliveries = self._deliveries
+        while deliveries and deliveries[0] <= cutoff:
+            deliveries.popleft()
+        recent = len(deliveries)
         c = self.counters
         return {
             "viewers": self.viewers,

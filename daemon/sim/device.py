@@ -18,7 +18,7 @@ from daemon.sim.layout import (
     PHONES,
     ROWS_PER_APP,
     TAP_SLOP,
-    Layout,
+    ScreenLayout,
     browser_for,
     make_layout,
 )
@@ -82,7 +82,7 @@ class Field:
 
 
 @dataclass
-class Contact:
+class PrimaryContact:
     """The primary contact (a finger, or the left mouse button) from press to release."""
 
     x0: float
@@ -144,7 +144,7 @@ class VirtualDevice:
     keys_down: tuple[int, ...] = ()
     modifiers: int = 0
     consumer_down: int = 0
-    primary: Contact | None = None
+    primary: PrimaryContact | None = None
     primary_id: int | None = None
     previous_app: str | None = None
     gui_alone: bool = False
@@ -152,7 +152,7 @@ class VirtualDevice:
     chords: list[str] = field(default_factory=list)
     swallowed: list[str] = field(default_factory=list)
     released_on_reenumeration: int = 0
-    layout: Layout = field(init=False)
+    layout: ScreenLayout = field(init=False)
     xkb: XkbText = field(init=False)
 
     def __post_init__(self) -> None:
@@ -342,7 +342,7 @@ class VirtualDevice:
                 self._contact_up(*last, now)
 
     def _contact_down(self, x: float, y: float, now: float) -> None:
-        self.primary = Contact(x, y, now, x, y, self._scroll_px())
+        self.primary = PrimaryContact(x, y, now, x, y, self._scroll_px())
 
     def _contact_move(self, x: float, y: float) -> None:
         c = self.primary
@@ -380,7 +380,7 @@ class VirtualDevice:
             )
             self._event(f"swipe {way} from {c.x0:.0f},{c.y0:.0f} to {x:.0f},{y:.0f}")
 
-    def _edge(self, c: Contact) -> str | None:
+    def _edge(self, c: PrimaryContact) -> str | None:
         if self.platform not in PHONES:
             return None
         if c.x0 <= EDGE:

@@ -69,7 +69,7 @@ class Tile:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ScreenLayout:
     width: int
     height: int
     tiles: tuple[Tile, ...]
@@ -101,7 +101,7 @@ class Layout:
         return next((t for t in self.tiles if t.hit(x, y)), None)
 
 
-def make_layout(platform: str, width: int, height: int) -> Layout:
+def make_layout(platform: str, width: int, height: int) -> ScreenLayout:
     """A grid of square icons: 4 columns on a phone, 8 on a desktop."""
     cols = 4 if platform in PHONES else 8
     cell_w = 1000 / cols
@@ -118,4 +118,4 @@ def make_layout(platform: str, width: int, height: int) -> Layout:
         icon = Rect(cx - side_x / 2, top, cx + side_x / 2, top + side_y)
         label = Rect(col * cell_w, top + side_y, (col + 1) * cell_w, top + side_y + label_y)
         tiles.append(Tile(name, icon, label))
-    return Layout(width, height, tuple(tiles))
+    return ScreenLayout(width, height, tuple(tiles))

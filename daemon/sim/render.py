@@ -14,7 +14,7 @@ import numpy as np
 
 from daemon.frames import Image
 from daemon.sim.device import Scene, View
-from daemon.sim.layout import STATUS_BOTTOM, Layout, Rect, make_layout
+from daemon.sim.layout import STATUS_BOTTOM, Rect, ScreenLayout, make_layout
 
 Color = tuple[int, int, int]
 FONT = cv2.FONT_HERSHEY_SIMPLEX
@@ -60,7 +60,7 @@ class Renderer:
     def __init__(self) -> None:
         self._scene: Scene | None = None
         self._base: Image | None = None
-        self._layout: Layout | None = None
+        self._layout: ScreenLayout | None = None
         self.drawn: tuple[DrawnWord, ...] = ()  # the last scene's words (overlay excluded)
 
     def render(self, view: View) -> Image:
@@ -129,7 +129,7 @@ def _fit_tail(text: str, scale: float, max_w: int) -> str:
     return text[lo:]
 
 
-def _draw_scene(scene: Scene, lay: Layout, drawn: list[DrawnWord]) -> Image:
+def _draw_scene(scene: Scene, lay: ScreenLayout, drawn: list[DrawnWord]) -> Image:
     w, h = scene.width, scene.height
     s = min(w, h) / 1080
     img = np.empty((h, w, 3), np.uint8)
@@ -158,7 +158,9 @@ def _draw_scene(scene: Scene, lay: Layout, drawn: list[DrawnWord]) -> Image:
     return img
 
 
-def _draw_field(img: Image, scene: Scene, lay: Layout, s: float, drawn: list[DrawnWord]) -> None:
+def _draw_field(
+    img: Image, scene: Scene, lay: ScreenLayout, s: float, drawn: list[DrawnWord]
+) -> None:
     f = lay.field
     _rect(img, scene, f, (255, 255, 255))
     _rect(img, scene, f, ACCENT if scene.focused else MUTED, max(2, round(3 * s)))
@@ -186,7 +188,9 @@ def _draw_field(img: Image, scene: Scene, lay: Layout, s: float, drawn: list[Dra
         cv2.line(img, (caret, y0 + 10), (caret, y1 - 10), ACCENT, max(2, round(3 * s)))
 
 
-def _draw_rows(img: Image, scene: Scene, lay: Layout, s: float, drawn: list[DrawnWord]) -> None:
+def _draw_rows(
+    img: Image, scene: Scene, lay: ScreenLayout, s: float, drawn: list[DrawnWord]
+) -> None:
     top, bottom = _px(scene, 0, lay.viewport.y0)[1], _px(scene, 0, lay.viewport.y1)[1]
     vp = img[top:bottom]  # a view: drawing here is clipped to the list's viewport
     row = lay.row_px

@@ -30,7 +30,7 @@ DEFAULT_THRESHOLD = 2.0  # the detector's own default (0..255 units of block-mea
 
 
 @dataclass(frozen=True)
-class Step:
+class ReplayStep:
     record: dict[str, Any]
     before: Image | None
 
@@ -69,7 +69,7 @@ def _replayable(record: dict[str, Any]) -> str | None:
 async def replay(
     catalog: Catalog,
     screen: Screen,
-    steps: list[Step],
+    steps: list[ReplayStep],
     *,
     guard: Guard,
     client: str,

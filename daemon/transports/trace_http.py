@@ -33,7 +33,7 @@ from daemon.errors import ToolError
 from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
-from daemon.trace.replay import DEFAULT_THRESHOLD, Step, replay
+from daemon.trace.replay import DEFAULT_THRESHOLD, ReplayStep, replay
 from daemon.transports.http import data_error
 from daemon.wire import WireError, iso_utc, loads
 
@@ -205,7 +205,7 @@ class TraceApi:
         except ToolError as exc:
             return data_error(exc)
 
-        def load(conn: Any) -> list[Step]:
+        def load(conn: Any) -> list[ReplayStep]:
             records = store.select(conn, f)
             if f.ids is not None:  # the order asked for, each id once
                 by_id = {r["id"]: r for r in records}
@@ -214,7 +214,9 @@ class TraceApi:
                     raise ToolError("trace_not_found", f"no recorded invocation {missing[0]!r}")
                 records = [by_id[i] for i in dict.fromkeys(f.ids)]
             return [
-                Step(r, next((i for i in store.images(conn, r["id"]) if i.kind == "before"), None))
+                ReplayStep(
+                    r, next((i for i in store.images(conn, r["id"]) if i.kind == "before"), None)
+                )
                 for r in records
             ]
 

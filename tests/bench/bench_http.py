@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.timing import paired
+from tests.bench.timing import paired_with_cpu, process_cpu_s
 from tests.service.daemonproc import DaemonProcess, free_port
 
 ROUNDS, N = 15, 200
@@ -44,11 +43,6 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print
 BODY = json.dumps({"input": {}})
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -56,7 +50,7 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def run(daemon: DaemonProcess, bare_port: int) -> None:
+async def run(daemon: DaemonProcess, bare_port: int, bare_pid: int) -> None:
     async with aiohttp.ClientSession() as session:
 
         async def post(base: str) -> object:
@@ -70,12 +64,20 @@ async def run(daemon: DaemonProcess, bare_port: int) -> None:
         reply = await post(daemon.base)
         assert isinstance(reply, dict) and reply["is_error"] is False, reply
         bare_base = f"http://127.0.0.1:{bare_port}"
-        base, tool, ratio = await paired(
-            lambda: post(bare_base), lambda: post(daemon.base), ROUNDS, N
+        assert daemon.proc is not None
+        (base, tool, ratio), (base_cpu, tool_cpu, cpu_ratio) = await paired_with_cpu(
+            lambda: post(bare_base),
+            lambda: post(daemon.base),
+            (bare_pid, daemon.proc.pid),
+            ROUNDS,
+            N,
         )
         print(f"medians of {ROUNDS} alternating rounds of {N} requests (loopback, keep-alive)")
         print(f"  bare aiohttp JSON handler        {base:7.3f} ms  baseline")
         print(f"  POST /api/tools/health_check     {tool:7.3f} ms  {ratio:6.2f}x  (target <= 1.2x)")
+        print("server CPU per request over the same rounds")
+        print(f"  bare aiohttp JSON handler        {base_cpu:7.0f} us  baseline")
+        print(f"  fingertipd                       {tool_cpu:7.0f} us  {cpu_ratio:6.2f}x")
 
 
 def main() -> None:
@@ -86,9 +88,9 @@ def main() -> None:
             assert daemon.proc is not None
             pid = daemon.proc.pid
             time.sleep(1.0)  # let start-up work settle
-            before = cpu_seconds(pid)
+            before = process_cpu_s(pid)
             time.sleep(IDLE_S)
-            idle_cpu = cpu_seconds(pid) - before
+            idle_cpu = process_cpu_s(pid) - before
             print(
                 f"idle daemon, no client, {IDLE_S:g} s: {idle_cpu * 1000:.1f} ms CPU "
                 f"({idle_cpu / IDLE_S * 100:.2f} % of a core), RSS {rss_mib(pid):.1f} MiB"
@@ -106,7 +108,7 @@ def main() -> None:
                 bare.stdin.write(sample)
                 bare.stdin.close()
                 assert bare.stdout.readline().strip() == "up"
-                asyncio.run(run(daemon, port))
+                asyncio.run(run(daemon, port, bare.pid))
             finally:
                 bare.terminate()
                 bare.wait()

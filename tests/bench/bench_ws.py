@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.timing import paired
+from tests.bench.timing import paired, paired_with_cpu
 from tests.service.daemonproc import DaemonProcess, free_port
 
 ROUNDS, N = 15, 200
@@ -79,7 +79,7 @@ async def round_trip(ws: aiohttp.ClientWebSocketResponse, text: str) -> object:
     return json.loads(msg.data)
 
 
-async def run(daemon: DaemonProcess, echo_port: int) -> None:
+async def run(daemon: DaemonProcess, echo_port: int, echo_pid: int) -> None:
     headers = {"Authorization": f"Bearer {daemon.token}"}
     async with (
         aiohttp.ClientSession() as session,
@@ -89,12 +89,19 @@ async def run(daemon: DaemonProcess, echo_port: int) -> None:
     ):
         reply = await round_trip(tool_ws, CALL)
         assert isinstance(reply, dict) and reply["type"] == "tool.result", reply
-        echo, call, ratio = await paired(
-            lambda: round_trip(echo_ws, CALL), lambda: round_trip(tool_ws, CALL), ROUNDS, N
+        assert daemon.proc is not None
+        (echo, call, ratio), cpu = await paired_with_cpu(
+            lambda: round_trip(echo_ws, CALL),
+            lambda: round_trip(tool_ws, CALL),
+            (echo_pid, daemon.proc.pid),
+            ROUNDS,
+            N,
         )
         print(f"medians of {ROUNDS} alternating rounds of {N} round trips (loopback)")
         print(f"  bare aiohttp WS echo             {echo:7.3f} ms  baseline")
         print(f"  tool.call health_check           {call:7.3f} ms  {ratio:6.2f}x  (target <= 1.3x)")
+        print(f"  server CPU per message: echo {cpu[0]:.0f} us, fingertipd {cpu[1]:.0f} us")
+        print(f"  (CPU ratio {cpu[2]:.2f}x)")
         # A second reference, printed in addition: the least any JSON protocol server does per
         # message (parse it, serialize an answer), so the ratio above can be read against it.
         echo, call, ratio = await paired(
@@ -135,7 +142,7 @@ def main() -> None:
             # The board's log level: one info line per invocation, as in production.
             daemon = DaemonProcess(Path(tmp), {"log": {"level": "info"}}).start()
             try:
-                asyncio.run(run(daemon, echo_port))
+                asyncio.run(run(daemon, echo_port, echo.pid))
             finally:
                 daemon.stop()
     finally:

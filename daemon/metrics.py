@@ -40,7 +40,7 @@ from daemon.backends import HidOutput, ProfileControl
 from daemon.catalog import Guard, Invocation
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
-from daemon.transports.http import error_response
+from daemon.transports.responses import error_response
 from gadget import reports
 from gadget.errors import GadgetError
 

@@ -11,7 +11,7 @@ import cv2
 import numpy.typing as npt
 
 from daemon.frames import Frame
-from daemon.screen.options import Format
+from daemon.screen.options import SHOT, Format
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def output_size(
 def encode(
     frame: Frame,
     *,
-    fmt: Format = "jpeg",
-    quality: int = 80,
+    fmt: Format = SHOT.fmt,
+    quality: int = SHOT.quality,
     max_width: int | None = None,
     scale: float | None = None,
 ) -> Encoded:

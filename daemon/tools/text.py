@@ -246,7 +246,7 @@ class TextTools:
     @staticmethod
     def tree(reading: Reading, args: dict[str, Any]) -> Tree:
         region = Region.of(args.get("region"))
-        return Tree.of(reading, region, float(args.get("min_confidence", 0.5)))
+        return Tree.of(reading, region, float(args["min_confidence"]))
 
     async def screen_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         reading = await self.reading(args)
@@ -254,11 +254,11 @@ class TextTools:
 
     async def matches(self, args: dict[str, Any]) -> tuple[Reading, list[dict[str, Any]]]:
         reading = await self.reading(args)
-        return reading, find(self.tree(reading, args), args["query"], args.get("match", "contains"))
+        return reading, find(self.tree(reading, args), args["query"], args["match"])
 
     async def find_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         reading, found = await self.matches(args)
-        limit = args.get("limit", 20)
+        limit = args["limit"]
         return {
             "snapshot_id": snapshot_id(reading),
             "count": len(found),

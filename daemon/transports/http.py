@@ -32,11 +32,12 @@ from daemon.catalog import (
     ToolSpec,
 )
 from daemon.errors import ToolError
+from daemon.transports.responses import error_response
 from daemon.transports.skill_bundle import skill_bundle
-from daemon.wire import DATA_STATUS, STATUS, WireError, error_body, iso_utc, loads, output_text
+from daemon.wire import STATUS, WireError, iso_utc, loads, output_text
 from daemon.wire import dumps as _dumps
 
-__all__ = ["STATUS", "HttpApi", "data_error", "error_body", "error_response", "iso_utc", "project"]
+__all__ = ["STATUS", "HttpApi", "iso_utc", "project", "security_middleware"]
 
 
 def definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -201,17 +202,6 @@ def _decode(body: bytes) -> tuple[Any, str]:
 
 def _payload_error(message: str) -> ToolError:
     return ToolError("tool_call_payload_invalid", message)
-
-
-def error_response(error: ToolError) -> web.Response:
-    """An error raised outside any tool call, with the same body shape and status mapping."""
-    return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
-
-
-def data_error(error: ToolError) -> web.Response:
-    """The refusal of one of the port's data routes (stream, snapshot, live, flight recorder):
-    the tools API's body, the data routes' statuses (DATA_STATUS)."""
-    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
 
 def security_middleware(auth: Auth) -> Any:

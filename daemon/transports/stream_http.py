@@ -18,7 +18,7 @@ from daemon.catalog import Guard
 from daemon.errors import ToolError
 from daemon.invocations import Running
 from daemon.screen.stream import Params, StreamHub, parse_params
-from daemon.transports.http import data_error
+from daemon.transports.responses import data_error
 
 
 def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:

@@ -34,7 +34,7 @@ from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, ReplayStep, replay
-from daemon.transports.http import data_error
+from daemon.transports.responses import data_error
 from daemon.wire import WireError, iso_utc, loads
 
 HIDDEN = "arguments and results of critical tools need a full-access caller"

@@ -22,6 +22,7 @@ this module and must stay light.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -302,14 +303,14 @@ def iso_utc(ts: float) -> str:
         whole, micros = whole + 1, micros - 1_000_000
     elif micros < 0:
         whole, micros = whole - 1, micros + 1_000_000
-    second = int(whole)
-    if second != _iso_second[0]:
-        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _iso_second[:] = [second, stamp]
-    return f"{_iso_second[1]}.{micros // 1000:03d}Z"
+    return f"{_second_text(int(whole))}.{micros // 1000:03d}Z"
 
 
-_iso_second: list[Any] = [None, ""]  # the last second iso_utc formatted, and its text
+# lru_cache, not a hand-kept "last second" (check it, then read it: two steps another thread
+# can come between): screenshots are encoded in worker threads, beside the loop's replies.
+@functools.lru_cache(maxsize=4)
+def _second_text(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).isoformat()[:-6]  # strftime drops %Y's zeros
 
 
 def output_text(result: Any) -> str:

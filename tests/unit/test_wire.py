@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -80,3 +81,38 @@ def test_replies_refuse_nan_and_scrub_lone_surrogates() -> None:
         encode({"t": math.nan})
     assert encode({"out": "a\ud800b"}) == '{"out": "a\ufffdb"}'
     assert encode(["\U0001f600"]) == '["\U0001f600"]'
+
+
+def _datetime_form(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        1e300,
+        -0.0,
+        -0.5,
+        -1.0000005,
+        253402300799.9999,
+        253402300800.0,
+        -62135596800.0,
+        -62135596801.0,
+        2.0**63,
+    ],
+)
+def test_iso_utc_agrees_with_datetime_at_the_edges(ts: float) -> None:
+    """Same text, or the same exception type, as datetime gives (years below 1000 included,
+    which strftime would not zero-pad)."""
+    try:
+        expected: object = _datetime_form(ts)
+    except (ValueError, OverflowError, OSError) as exc:
+        expected = type(exc)
+    try:
+        got: object = wire.iso_utc(ts)
+    except (ValueError, OverflowError, OSError) as exc:
+        got = type(exc)
+    assert got == expected

@@ -6,47 +6,56 @@ the standard library, nothing else from daemon/.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import threading
-import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from zeroconf import IPVersion, ServiceBrowser, ServiceListener, Zeroconf
+from zeroconf import IPVersion, ServiceListener, Zeroconf
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 SERVICE = "_fingertip._tcp.local."  # the same as daemon.discovery.FINGERTIP_SERVICE
 RESOLVE_MS = 1500
 
 
 class _Names(ServiceListener):
-    """Instance names heard so far (a goodbye takes one away again)."""
+    """Instance names heard so far (a goodbye takes one away again). Called on zeroconf's own
+    event loop, the one this module's coroutine runs on: no lock."""
 
     def __init__(self) -> None:
         self.names: set[str] = set()
-        self.lock = threading.Lock()
 
     def add_service(self, zc: Zeroconf, type_: str, name: str) -> None:
-        with self.lock:
-            self.names.add(name)
+        self.names.add(name)
 
     def update_service(self, zc: Zeroconf, type_: str, name: str) -> None:
         self.add_service(zc, type_, name)
 
     def remove_service(self, zc: Zeroconf, type_: str, name: str) -> None:
-        with self.lock:
-            self.names.discard(name)
+        self.names.discard(name)
+
+
+@dataclass
+class Found:
+    """What a browse heard: the boards that resolved, and the names heard that did not (their
+    address, port or TXT never came within RESOLVE_MS: a board busy or going away)."""
+
+    boards: list[dict[str, Any]] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
 
 
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8", "replace")
 
 
-def board(zc: Zeroconf, name: str) -> dict[str, Any] | None:
-    """One board as `fingertip discover` prints it, or None when it does not resolve."""
-    info = zc.get_service_info(SERVICE, name, timeout=RESOLVE_MS)
-    if info is None:
-        return None
+def short_name(name: str) -> str:
+    return name.removesuffix("." + SERVICE)
+
+
+def board(info: AsyncServiceInfo) -> dict[str, Any]:
+    """One resolved board as `fingertip discover` prints it."""
     return {
-        "name": name.removesuffix("." + SERVICE),
+        "name": short_name(info.name),
         "host": info.server,
         "addresses": info.parsed_scoped_addresses(),
         "port": info.port,
@@ -54,23 +63,36 @@ def board(zc: Zeroconf, name: str) -> dict[str, Any] | None:
     }
 
 
-def discover(seconds: float, interfaces: list[str] | None = None) -> list[dict[str, Any]]:
-    """Browse for `seconds`, then resolve every board heard; sorted by name."""
-    if interfaces:
-        v6 = any(ipaddress.ip_address(i).version == 6 for i in interfaces)
-        v4 = any(ipaddress.ip_address(i).version == 4 for i in interfaces)
-        version = IPVersion.All if v4 and v6 else IPVersion.V6Only if v6 else IPVersion.V4Only
-        zc = Zeroconf(interfaces=interfaces, ip_version=version)
-    else:
-        zc = Zeroconf()
+def _zeroconf(interfaces: list[str] | None) -> AsyncZeroconf:
+    if not interfaces:
+        return AsyncZeroconf()
+    v6 = any(ipaddress.ip_address(i).version == 6 for i in interfaces)
+    v4 = any(ipaddress.ip_address(i).version == 4 for i in interfaces)
+    version = IPVersion.All if v4 and v6 else IPVersion.V6Only if v6 else IPVersion.V4Only
+    return AsyncZeroconf(interfaces=interfaces, ip_version=version)
+
+
+async def _discover(seconds: float, interfaces: list[str] | None) -> Found:
+    azc = _zeroconf(interfaces)
     try:
         heard = _Names()
-        browser = ServiceBrowser(zc, SERVICE, heard)
-        time.sleep(seconds)  # the browse window is what the user asked for
-        browser.cancel()
-        with heard.lock:
-            names = sorted(heard.names)
-        found = (board(zc, n) for n in names)
-        return [b for b in found if b is not None]
+        browser = AsyncServiceBrowser(azc.zeroconf, SERVICE, listener=heard)
+        await asyncio.sleep(seconds)  # the browse window is what the user asked for
+        await browser.async_cancel()
+        infos = [AsyncServiceInfo(SERVICE, name) for name in sorted(heard.names)]
+        # All at once: a rack of boards, some of them slow, costs one resolve time, not one each.
+        resolved = await asyncio.gather(*(i.async_request(azc.zeroconf, RESOLVE_MS) for i in infos))
+        found = Found()
+        for info, ok in zip(infos, resolved, strict=True):
+            if ok:
+                found.boards.append(board(info))
+            else:
+                found.unresolved.append(short_name(info.name))
+        return found
     finally:
-        zc.close()
+        await azc.async_close()
+
+
+def discover(seconds: float, interfaces: list[str] | None = None) -> Found:
+    """Browse for `seconds`, then resolve every board heard; each list sorted by name."""
+    return asyncio.run(_discover(seconds, interfaces))

@@ -50,7 +50,9 @@ commands:
   fingertip discover           browse DNS-SD (mDNS) for boards for --seconds (default 3) and
                                print one JSON object per board: {name, host, addresses, port,
                                txt}; --interface ADDR (repeatable) limits the browse to the
-                               interfaces with those addresses. Needs no daemon on this machine.
+                               interfaces with those addresses. A board heard that does not
+                               resolve in 1.5 s is named on stderr, not listed. Needs no daemon
+                               on this machine.
 
 catalog, call and trace print exactly one JSON object on stdout, discriminated by "type":
   complete           {"document": the tool's result}
@@ -309,16 +311,24 @@ def encode(reply: dict[str, object]) -> bytes:
 
 def discover(seconds: float, interfaces: list[str] | None) -> int:
     """One JSON line per board heard (none when there is none); exit 1 when browsing failed."""
-    from daemon.browse import discover as browse  # zeroconf: only this command pays for it
+    # zeroconf: only this command pays for it
+    from daemon.browse import RESOLVE_MS
+    from daemon.browse import discover as browse
 
     try:
-        boards = browse(seconds, interfaces)
+        found = browse(seconds, interfaces)
     except (OSError, ValueError) as exc:  # no such interface address, no multicast
         print(f"fingertip: cannot browse DNS-SD: {exc}", file=sys.stderr)
         return 1
+    for name in found.unresolved:  # heard, but not listed: say so, never drop it silently
+        print(
+            f"fingertip: board {name!r} was heard but did not resolve within "
+            f"{RESOLVE_MS} ms (no address, port or TXT answer); not listed",
+            file=sys.stderr,
+        )
     try:
-        for found in boards:
-            sys.stdout.buffer.write(_encode(found).encode("utf-8") + b"\n")
+        for board in found.boards:
+            sys.stdout.buffer.write(_encode(board).encode("utf-8") + b"\n")
         sys.stdout.buffer.flush()
     except OSError:
         return 1

@@ -6,6 +6,7 @@ comes back; withdrawn at stop. `fingertip discover` prints what a host hears."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +15,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from zeroconf import ServiceBrowser, ServiceListener, Zeroconf
+from zeroconf import (
+    DNSOutgoing,
+    DNSPointer,
+    ServiceBrowser,
+    ServiceInfo,
+    ServiceListener,
+    Zeroconf,
+    const,
+)
 
 from daemon.discovery import BOARD_ID_FILE, FINGERTIP_SERVICE, HTTP_SERVICE
 from tests.service.daemonproc import DaemonProcess
@@ -220,3 +229,66 @@ def test_discovery_off_binds_nothing(make_daemon: Make, addresses: None) -> None
     assert d.proc is not None
     wait_for_event(d, "discovery_off")
     assert [p for p in daemon_udp_ports(d.proc.pid) if p[1] == 5353] == []
+
+
+def ghost_answer(instance: str) -> bytes:
+    """An mDNS answer naming a board (its PTR record) that nothing will resolve: no SRV, TXT
+    or address ever follows, as from a board that went away or is too busy to answer."""
+    out = DNSOutgoing(const._FLAGS_QR_RESPONSE | const._FLAGS_AA)
+    ptr = DNSPointer(FINGERTIP_SERVICE, const._TYPE_PTR, const._CLASS_IN, 120, instance)
+    out.add_answer_at_time(ptr, 0)
+    return out.packets()[0]
+
+
+def test_discover_names_a_board_that_does_not_resolve(addresses: None) -> None:
+    """Two boards are heard: one answers (a real responder on ADDR), one never resolves. The
+    first is listed on stdout; the second is named on stderr, not dropped without a word."""
+    responder = Zeroconf(interfaces=[ADDR])
+    info = ServiceInfo(
+        FINGERTIP_SERVICE,
+        f"answers.{FINGERTIP_SERVICE}",
+        addresses=[socket.inet_aton(ADDR)],
+        port=8080,
+        properties={"board_id": "answers"},
+        server="answers.local.",
+    )
+    responder.register_service(info)
+    stop = threading.Event()
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ADDR))
+    packet = ghost_answer(f"ghost.{FINGERTIP_SERVICE}")
+
+    def announce() -> None:  # again and again, so any browse window hears it
+        while not stop.is_set():
+            sender.sendto(packet, (const._MDNS_ADDR, const._MDNS_PORT))
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=announce, daemon=True)
+    thread.start()
+    try:
+        # The window grows until both are heard (a busy machine hears slowly), up to a minute.
+        deadline = time.monotonic() + 60
+        seconds = 1.5
+        while True:
+            proc = subprocess.run(
+                [str(FINGERTIP), "discover", "--seconds", str(seconds), "--interface", ADDR],
+                capture_output=True,
+                timeout=60,
+            )
+            assert proc.returncode == 0, proc.stderr
+            names = [json.loads(line)["name"] for line in proc.stdout.decode().splitlines()]
+            stderr = proc.stderr.decode()
+            if ("answers" in names and "'ghost'" in stderr) or time.monotonic() > deadline:
+                break
+            seconds = min(seconds * 2, 12)
+        assert names == ["answers"], (names, stderr)
+        assert stderr == (
+            "fingertip: board 'ghost' was heard but did not resolve within 1500 ms "
+            "(no address, port or TXT answer); not listed\n"
+        )
+    finally:
+        stop.set()
+        thread.join()
+        sender.close()
+        responder.unregister_service(info)
+        responder.close()

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from zeroconf import (
@@ -128,6 +129,28 @@ def daemon_udp_ports(pid: int) -> list[tuple[str, int]]:
     return found
 
 
+def discover_until(
+    done: Callable[[list[dict[str, Any]], str], bool],
+) -> tuple[list[dict[str, Any]], str]:
+    """`fingertip discover` on ADDR: the boards it lists and its stderr. A busy machine may need
+    a longer browse window than 1.5 s to hear a board (s27g, a core hogged, heard none): the
+    window grows until `done(boards, stderr)` or a minute has gone."""
+    deadline = time.monotonic() + 60
+    seconds = 1.5
+    while True:
+        proc = subprocess.run(
+            [str(FINGERTIP), "discover", "--seconds", str(seconds), "--interface", ADDR],
+            capture_output=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        boards = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+        stderr = proc.stderr.decode()
+        if done(boards, stderr) or time.monotonic() > deadline:
+            return boards, stderr
+        seconds = min(seconds * 2, 12)
+
+
 def wait_for_event(d: DaemonProcess, event: str, count: int = 1, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while sum(e.get("event") == event for e in d.log_events()) < count:
@@ -179,23 +202,11 @@ def test_announced_only_where_configured_and_found_again(
     finally:
         web.close()
 
-    # What a host with many boards runs: one JSON line per board. A busy machine may need a
-    # longer browse window than 1.5 s to hear and resolve it (s27g, a core hogged, heard none):
-    # the window grows until the board is listed or a minute has gone.
-    deadline = time.monotonic() + 60
-    seconds = 1.5
-    while True:
-        proc = subprocess.run(
-            [str(FINGERTIP), "discover", "--seconds", str(seconds), "--interface", ADDR],
-            capture_output=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        boards = [json.loads(line) for line in proc.stdout.decode().splitlines()]
-        ours_listed = [b for b in boards if b["txt"].get("board_id") == board]
-        if ours_listed or time.monotonic() > deadline:
-            break
-        seconds = min(seconds * 2, 12)
+    # What a host with many boards runs: one JSON line per board.
+    boards, _ = discover_until(
+        lambda boards, _: any(b["txt"].get("board_id") == board for b in boards)
+    )
+    ours_listed = [b for b in boards if b["txt"].get("board_id") == board]
     assert ours_listed == [
         {
             "name": "rack 7",
@@ -266,21 +277,8 @@ def test_discover_names_a_board_that_does_not_resolve(addresses: None) -> None:
     thread = threading.Thread(target=announce, daemon=True)
     thread.start()
     try:
-        # The window grows until both are heard (a busy machine hears slowly), up to a minute.
-        deadline = time.monotonic() + 60
-        seconds = 1.5
-        while True:
-            proc = subprocess.run(
-                [str(FINGERTIP), "discover", "--seconds", str(seconds), "--interface", ADDR],
-                capture_output=True,
-                timeout=60,
-            )
-            assert proc.returncode == 0, proc.stderr
-            names = [json.loads(line)["name"] for line in proc.stdout.decode().splitlines()]
-            stderr = proc.stderr.decode()
-            if ("answers" in names and "'ghost'" in stderr) or time.monotonic() > deadline:
-                break
-            seconds = min(seconds * 2, 12)
+        boards, stderr = discover_until(lambda boards, stderr: bool(boards) and "'ghost'" in stderr)
+        names = [b["name"] for b in boards]
         assert names == ["answers"], (names, stderr)
         assert stderr == (
             "fingertip: board 'ghost' was heard but did not resolve within 1500 ms "

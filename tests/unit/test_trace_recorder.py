@@ -14,7 +14,7 @@ import pytest
 
 from daemon.catalog import Catalog, Invocation
 from daemon.config import TraceConfig
-from daemon.trace import store
+from daemon.trace import recorder, store
 from daemon.trace.recorder import Recorder
 
 
@@ -54,6 +54,24 @@ async def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path)
             for r in store.select(conn, store.parse_filter({}, default_limit=9, max_limit=9))
         ]
     assert sorted(ids) == [f"{2:032x}", f"{3:032x}"]
+
+
+async def test_a_backlog_is_written_without_waiting_a_window_per_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window gathers a burst; it must not pace a backlog to one batch per window, or a
+    client faster than that fills the queue and its calls go unrecorded."""
+    monkeypatch.setattr(recorder, "BATCH_WINDOW_S", 60.0)  # a window no test could wait out
+    rec = _recorder(tmp_path)
+    backlog = 3 * recorder.BATCH
+    for n in range(backlog):  # queued before the writer runs: it finds them all waiting
+        rec.observe(_invocation(n))
+    rec.start()
+    try:
+        _until(lambda: rec.recorded == backlog)
+        assert rec.dropped == 0
+    finally:
+        rec.stop()
 
 
 async def test_a_writer_fault_turns_recording_off_and_says_why(

@@ -12,8 +12,8 @@ import asyncio
 import copy
 import hashlib
 import json
+import secrets
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -288,7 +288,9 @@ class CallContext:
     client: str = ""
     started_at: float = field(default_factory=time.monotonic)
     detached: asyncio.Task[Any] | None = None  # a HID invocation's own task, once started
-    invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # 128 random bits as 32 hex digits, the shape uuid4().hex had, at a sixth of its cost (its
+    # UUID object was about 7 % of a quick call's catalog time).
+    invocation_id: str = field(default_factory=lambda: secrets.token_hex(16))
     token_id: str = ""  # which token authenticated the caller (auth.Client.token_id), never it
     # What the tool noted about itself for observers (daemon.evidence.note): ("before" or
     # "after", Frame), ("released", [...]), ("profile_switches", [...]).
@@ -299,7 +301,7 @@ class CallContext:
 class Invocation:
     """One finished invocation, as observers (flight recorder, metrics) see it."""
 
-    id: str  # uuid4 hex, assigned when the call starts (CallContext.invocation_id)
+    id: str  # 32 random hex digits, assigned when the call starts (CallContext.invocation_id)
     tool: str
     transport: str
     client: str  # peer address as the transport knows it

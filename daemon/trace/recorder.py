@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 
 from daemon.catalog import Catalog, Invocation
@@ -103,7 +104,18 @@ _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr).en
 
 
 def to_json(value: Any) -> str:
-    """JSON for the record whatever arrived (a refused call may carry NaN or odd types)."""
+    """JSON for the record whatever arrived (a refused call may carry NaN or odd types).
+
+    orjson writes it first, at a sixth of json's cost: the writer holds the GIL while it builds
+    rows, so that cost is taken from the event loop. A text with a null goes the json way too,
+    since orjson writes NaN as null where json refuses it."""
+    try:
+        text: str = orjson.dumps(value, default=repr).decode()
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a huge int, a non-str key
+        pass
+    else:
+        if "null" not in text:
+            return text
     try:
         return _encode(value)
     except (ValueError, TypeError, RecursionError):

@@ -5,7 +5,12 @@ in alternating rounds so machine noise hits both alike:
   - tool.call of health_check against the real daemon (simulated target) vs the same text
     sent to a bare aiohttp WebSocket echo server (target <= 1.3x), and, printed in addition as
     a reference, vs an echo that json.loads and json.dumps every message,
-  - one tool.batch of 32 health_check calls vs 32 single tool.calls one after another.
+  - one tool.batch of 32 health_check calls vs 32 single tool.calls one after another,
+  - the floor: an aiohttp server that does only what any tool.call server under the issue's
+    rules must (parse the envelope, check arguments and result against their schemas with the
+    compiled validator the catalog uses, encode the reply, write one structured log line with
+    the daemon's own logging set-up), answering the same health_check result inline, with no
+    catalog, task, limit, record or metrics: what the best code could come down to here.
 Run: .venv/bin/python tests/bench/bench_ws.py
 """
 
@@ -22,7 +27,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench.timing import paired, paired_with_cpu
-from tests.service.daemonproc import DaemonProcess, free_port
+from tests.service.daemonproc import REPO, DaemonProcess, free_port
 
 ROUNDS, N = 15, 200
 BATCH_ROUNDS, BATCH_N = 15, 10
@@ -30,7 +35,32 @@ BATCH_ROUNDS, BATCH_N = 15, 10
 ECHO_SERVER = """
 import json
 import sys
+import time
+
+import fastjsonschema
+import orjson
+import structlog
 from aiohttp import web
+
+sys.path.insert(0, sys.argv[2])
+from gadget.log import configure_logging
+
+RESULT = json.loads(sys.stdin.read())  # the daemon's own health_check result
+configure_logging("info", "json", open(sys.argv[3], "w"))  # as the daemon logs: a file
+log = structlog.get_logger("floor")
+check_args = fastjsonschema.compile(
+    {"type": "object", "properties": {}, "additionalProperties": False}
+)
+# The shape of the daemon's own result schema for it: each property typed, no others.
+TYPES = {bool: "boolean", str: "string", int: "integer", float: "number", dict: "object"}
+check_result = fastjsonschema.compile(
+    {
+        "type": "object",
+        "properties": {k: {"type": TYPES[type(v)]} for k, v in RESULT.items()},
+        "required": ["ok", "version"],
+        "additionalProperties": False,
+    }
+)
 
 async def echo(request):
     ws = web.WebSocketResponse()
@@ -46,8 +76,39 @@ async def json_echo(request):
         await ws.send_str(json.dumps(json.loads(msg.data)))
     return ws
 
+async def floor(request):
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for msg in ws:
+        started = time.monotonic()
+        env = orjson.loads(msg.data)
+        call = env["payload"]
+        check_args(call["arguments"])
+        result = dict(RESULT)
+        check_result(result)
+        payload = {"toolId": call["toolId"], "success": True, "result": result}
+        reply = {
+            "type": "tool.result",
+            "id": env["id"] + ".response",
+            "replyTo": env["id"],
+            "sessionId": env["sessionId"],
+            "sentAt": "2026-08-25T00:00:00.000Z",
+            "capability": env["capability"],
+            "payload": payload,
+        }
+        await ws.send_str(orjson.dumps(reply).decode())
+        log.info(
+            "tool_invocation",
+            tool=call["toolId"],
+            transport="ws",
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            outcome="ok",
+            error_code=None,
+        )
+    return ws
+
 app = web.Application()
-app.add_routes([web.get("/ws", echo), web.get("/json", json_echo)])
+app.add_routes([web.get("/ws", echo), web.get("/json", json_echo), web.get("/floor", floor)])
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print("up", flush=True))
 """
 
@@ -86,6 +147,7 @@ async def run(daemon: DaemonProcess, echo_port: int, echo_pid: int) -> None:
         session.ws_connect(f"{daemon.base}/api/ws", headers=headers) as tool_ws,
         session.ws_connect(f"http://127.0.0.1:{echo_port}/ws") as echo_ws,
         session.ws_connect(f"http://127.0.0.1:{echo_port}/json") as json_ws,
+        session.ws_connect(f"http://127.0.0.1:{echo_port}/floor") as floor_ws,
     ):
         reply = await round_trip(tool_ws, CALL)
         assert isinstance(reply, dict) and reply["type"] == "tool.result", reply
@@ -111,6 +173,13 @@ async def run(daemon: DaemonProcess, echo_port: int, echo_pid: int) -> None:
         print(
             f"  tool.call health_check           {call:7.3f} ms  {ratio:6.2f}x  (vs the JSON echo)"
         )
+        # The floor against the same echo: if it is above the target already, no code that
+        # keeps the issue's rules can meet the target on this machine's stack.
+        echo, floor, ratio = await paired(
+            lambda: round_trip(echo_ws, CALL), lambda: round_trip(floor_ws, CALL), ROUNDS, N
+        )
+        print(f"  bare aiohttp WS echo             {echo:7.3f} ms  baseline")
+        print(f"  floor: parse, check, log, encode {floor:7.3f} ms  {ratio:6.2f}x  (no catalog)")
         echo, bare, ratio = await paired(
             lambda: round_trip(echo_ws, UNKNOWN), lambda: round_trip(tool_ws, UNKNOWN), ROUNDS, N
         )
@@ -132,22 +201,30 @@ async def run(daemon: DaemonProcess, echo_port: int, echo_pid: int) -> None:
 
 
 def main() -> None:
-    echo_port = free_port()
-    echo = subprocess.Popen(
-        [sys.executable, "-c", ECHO_SERVER, str(echo_port)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert echo.stdout is not None and echo.stdout.readline().strip() == "up"
-        with tempfile.TemporaryDirectory(prefix="ft-bench-") as tmp:
-            # The board's log level: one info line per invocation, as in production.
-            daemon = DaemonProcess(Path(tmp), {"log": {"level": "info"}}).start()
+    with tempfile.TemporaryDirectory(prefix="ft-bench-") as tmp:
+        # The board's log level: one info line per invocation, as in production.
+        daemon = DaemonProcess(Path(tmp), {"log": {"level": "info"}}).start()
+        try:
+            result = daemon.post_json("/api/tools/health_check", {"input": {}})["output"]
+            echo_port = free_port()
+            floor_log = str(Path(tmp) / "floor.log")
+            echo = subprocess.Popen(
+                [sys.executable, "-c", ECHO_SERVER, str(echo_port), str(REPO), floor_log],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
+                assert echo.stdin is not None and echo.stdout is not None
+                echo.stdin.write(result)
+                echo.stdin.close()
+                assert echo.stdout.readline().strip() == "up"
                 asyncio.run(run(daemon, echo_port, echo.pid))
             finally:
-                daemon.stop()
-    finally:
-        echo.terminate()
-        echo.wait()
+                echo.terminate()
+                echo.wait()
+        finally:
+            daemon.stop()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ In (HTTP, MCP, WebSocket, /api/sim, IPC, the CLI's stdin, the config file), a va
 accepted only as plain JSON data:
 - numbers are finite: NaN and ±Infinity (and literals like 1e400 that overflow to it) are
   refused, because every comparison with NaN is false, so NaN passes any schema bound and then
-  poisons timers, geometry and encoders;
+  poisons timers, geometry and encoders; so is an integer beyond the largest double (1 and 400
+  zeros is the number 1e400 is), which a coordinate without a maximum let through to float()
+  and its OverflowError;
 - strings are valid Unicode: a lone surrogate ("\\ud800") cannot be encoded as UTF-8, so a reply
   echoing it could not be sent;
 - containers nest at most MAX_DEPTH deep (no tool argument or envelope comes close to it), so
@@ -26,6 +28,7 @@ import functools
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,6 +38,7 @@ if TYPE_CHECKING:  # the CLI imports this module: no other daemon module at run 
     from daemon.errors import ToolError
 
 MAX_DEPTH = 32  # nested arrays/objects; the deepest real request (a WS batch call) is about 8
+MAX_INT = int(sys.float_info.max)  # past it an integer is no finite double
 
 
 class WireError(ValueError):
@@ -121,7 +125,7 @@ def _text_ok(s: str) -> bool:
     return True
 
 
-_SCALARS = (int, bool, type(None))
+_SCALARS = (bool, type(None))
 
 
 def check(value: Any) -> None:
@@ -152,6 +156,9 @@ def _plain(value: Any) -> bool:
                         return False
                 elif t in _SCALARS:
                     continue
+                elif t is int:
+                    if not -MAX_INT <= item <= MAX_INT:
+                        return False
                 elif t is float:
                     if not math.isfinite(item):
                         return False
@@ -168,6 +175,9 @@ def _plain(value: Any) -> bool:
         elif kind is float:
             if not math.isfinite(v):
                 return False
+        elif kind is int:
+            if not -MAX_INT <= v <= MAX_INT:
+                return False
         elif kind not in _SCALARS:
             return False
     return True
@@ -177,9 +187,13 @@ def _check_with_paths(value: Any) -> None:
     stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
         v, path, depth = stack.pop()
-        if v is None or isinstance(v, bool | int):
+        if v is None or isinstance(v, bool):
             continue
-        if isinstance(v, float):
+        if isinstance(v, int):
+            if not -MAX_INT <= v <= MAX_INT:
+                bits = v.bit_length()
+                raise WireError(path, f"an integer of {bits} bits is past any finite number")
+        elif isinstance(v, float):
             if not math.isfinite(v):
                 raise WireError(path, f"{v} is not a finite number (JSON has no NaN or Infinity)")
         elif isinstance(v, str):

@@ -247,7 +247,10 @@ def parse_time(name: str, raw: Any) -> float | None:
     if raw is None:
         return None
     if isinstance(raw, int | float) and not isinstance(raw, bool):
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer no double holds (the edge rule refuses it first)
+            value = math.inf
     elif isinstance(raw, str):
         try:
             value = float(raw)

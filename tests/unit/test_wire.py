@@ -55,6 +55,25 @@ def test_non_finite_numbers_are_refused(text: str) -> None:
         wire.loads(text)
 
 
+# 1 and 400 zeros is the number 1e400: as an integer it passed, and a coordinate without a
+# maximum took it to float() and an OverflowError (a 500).
+@pytest.mark.parametrize("text", ["1" + "0" * 400, '{"x":-1' + "0" * 309 + "}", "[[2e308]]"])
+def test_integers_past_every_double_are_refused_like_1e400(text: str) -> None:
+    with pytest.raises(wire.WireError, match="finite"):
+        wire.loads(text)
+    with pytest.raises(wire.WireError, match="finite"):
+        wire.loads(text.encode())
+
+
+def test_the_largest_integers_a_double_holds_pass() -> None:
+    for value in (wire.MAX_INT, -wire.MAX_INT, 2**64, 10**30, -(2**63)):
+        assert wire.loads(str(value)) == value
+        wire.check({"x": [value]})
+    with pytest.raises(wire.WireError) as err:
+        wire.check({"x": [wire.MAX_INT + 1]})
+    assert err.value.path == "$.x[0]"
+
+
 @pytest.mark.parametrize("value", [math.nan, [1, math.inf], {"a": {"b": -math.inf}}])
 def test_non_finite_floats_are_refused_with_their_path(value: Any) -> None:
     with pytest.raises(wire.WireError) as err:

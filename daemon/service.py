@@ -172,6 +172,7 @@ class Daemon:
             handler_cancellation=True,
             access_log=None,
             keepalive_timeout=server.header_timeout_s,
+            logger=limits.server_log(),
         )
         await runner.setup()
         self._on_stop(runner.cleanup)

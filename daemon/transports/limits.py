@@ -10,18 +10,24 @@ transports, once.
   503 too_many_connections and closes it; the IPC server applies [ipc].max_connections itself.
 - Accept errors (EMFILE when the fds run out) and refusals are logged once per interval with a
   count, never once per attempt: an attacker sets the pace of attempts.
+- A request aiohttp cannot parse (a header past 8190 bytes, a bad chunk size, a control
+  character) is answered 400 by aiohttp itself; `server_log` makes its log record one throttled
+  line with the reason, where aiohttp wrote "Error handling request" and a traceback, as plain
+  text beside the JSON lines, for each one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import resource
 import time
 from typing import Any
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon.errors import ToolError
 
@@ -77,6 +83,33 @@ def throttle_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
         loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+class _ServerLog(logging.Handler):
+    """aiohttp's server log records as our lines: a request it could not parse is the client's
+    fault (one throttled warning with the reason, no traceback); anything else is an error of
+    ours, logged with its traceback as a JSON field."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._malformed = Throttled("http_request_malformed")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            self._malformed(status=exc.code, reason=exc.message[:200])
+        else:
+            log.error("http_server_error", message=record.getMessage(), exc_info=record.exc_info)
+
+
+def server_log() -> logging.Logger:
+    """The logger aiohttp's request handlers write to (AppRunner's `logger`)."""
+    logger = logging.getLogger("daemon.transports.http_server")
+    if not logger.handlers:
+        logger.addHandler(_ServerLog())
+        logger.setLevel(logging.INFO)  # aiohttp's debug lines (a non-HTTP first line) stay out
+        logger.propagate = False
+    return logger
 
 
 class _Refuse(asyncio.Protocol):

@@ -62,6 +62,7 @@ class Deep:
 # Numbers a JSON text can carry that break something when taken at face value.
 EXTREME = [1e-320, 1e308, -1e308, -1, 0, 0.5, 2**63, -(2**63), 10**30, 1e-7, 65536]
 NON_FINITE = [math.nan, math.inf, -math.inf]
+PAST_DOUBLE = [10**400, -(10**309)]  # integers no double holds: as infinite as 1e400
 LONE = ["\ud800", "\udfff", "a\udc80b", "\ud83d"]  # lone surrogates: not Unicode text
 ODD = ["\x00", "\u202e\u202d", "\U0001f600", "\ufeff", "e\u0301", "\uffff", " " * 3, "Ａ"]
 
@@ -72,6 +73,8 @@ def edge_invalid(value: Any) -> bool:
         return value.depth > wire.MAX_DEPTH - 4  # the request wraps it a few levels deep
     if isinstance(value, float):
         return not math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -wire.MAX_INT <= value <= wire.MAX_INT
     if isinstance(value, str):
         return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
     if isinstance(value, dict):
@@ -110,7 +113,8 @@ def packed(value: Any) -> bytes:
         if isinstance(v, list):
             return [swap(x) for x in v]
         if isinstance(v, int) and not -(2**63) <= v < 2**64:
-            return float(v)  # msgpack has no integers this large
+            # msgpack has no integers this large: the nearest float (infinite past a double)
+            return math.copysign(math.inf, v) if edge_invalid(v) else float(v)
         return v
 
     body: bytes = msgpack.Packer(unicode_errors="surrogatepass", use_bin_type=True).pack(
@@ -125,6 +129,7 @@ def packed(value: Any) -> bytes:
 def hostile_values(*, edge_only: bool) -> st.SearchStrategy[Any]:
     must_refuse = st.one_of(
         st.sampled_from(NON_FINITE),
+        st.sampled_from(PAST_DOUBLE),
         st.sampled_from(LONE),
         st.builds(lambda s, c: s + chr(c), st.text(max_size=3), st.integers(0xD800, 0xDFFF)),
         st.builds(Deep, st.integers(wire.MAX_DEPTH + 1, 3000)),
@@ -372,6 +377,9 @@ NEVER = {"tool_execution_exception", "tool_result_schema_invalid"}
         ("weather", {"latitude": math.nan, "longitude": 0}),
         # shell {"command":"sleep 1","timeout_s":NaN} wedged the loop's timers
         ("shell", {"command": "true", "timeout_s": math.nan}),
+        # x = 1 and 400 zeros passed "minimum: 0" and met float(): OverflowError, a 500
+        ("mouse_move", {"x": 10**400, "y": 1}),
+        ("touch_gesture", {"type": "tap", "point": {"x": 5, "y": -(10**400)}}),
     ],
 )
 def test_nan_and_infinity_are_refused_over_http(
@@ -491,6 +499,33 @@ def test_whole_number_floats_are_the_integers_they_equal(target: DaemonProcess) 
         status, body = http_call(target, tool, arguments)
         assert status == 200 and body["is_error"] is False, (tool, body)
     still_fine(target)
+
+
+# Each of these logged aiohttp's "Error handling request" and a traceback as plain text.
+MALFORMED_HTTP = [
+    b"GET /api/tools HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+    b"POST /api/tools/health_check HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /api/tools HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad: a\x01b\r\n\r\n",
+]
+
+
+def test_a_request_that_cannot_be_parsed_is_a_log_line_not_a_traceback(
+    daemon: DaemonProcess,
+) -> None:
+    for raw in MALFORMED_HTTP:
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=30) as s:
+            s.sendall(raw)
+            answer = b""
+            while chunk := s.recv(65536):  # aiohttp closes after its 400
+                answer += chunk
+        assert answer.split(b"\r\n", 1)[0].split()[1] == b"400", answer[:200]
+    status, kind, body = post(daemon, "/api/tools/health_check", b'{"input":{}}')
+    assert status == 200 and strict_json(kind, body)["is_error"] is False
+    logs = daemon.logs()
+    assert "Traceback" not in logs and "Error handling request" not in logs, logs[-2000:]
+    [line] = [e for e in daemon.log_events() if e.get("event") == "http_request_malformed"]
+    assert line["status"] == 400 and line["reason"], line  # the others: counted, said later
 
 
 def test_an_undecodable_authorization_header_is_no_token(target: DaemonProcess) -> None:

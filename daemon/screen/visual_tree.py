@@ -22,6 +22,13 @@ from daemon.screen.ocr import Crop, Line, Reading, Word
 MatchMode = Literal["exact", "contains", "regex"]
 MATCH_MODES = ("exact", "contains", "regex")
 REGEX_TIMEOUT_S = 0.05  # per line: a hostile pattern cannot hold the daemon
+# `regex` writes counted repeats out when it compiles a pattern, nested ones multiplied: 21
+# characters, (?:(?:a{1000}){1000}), took 360 ms and 262 MB on the loop, and 26 a MemoryError.
+# The query's length times each of its counts bounds what a compile writes out (a sequence
+# adds, nesting multiplies); past this bound the query is refused before it is compiled
+# (a{65535} took 22 ms and 17 MB; a date, \d{4}-\d{2}-\d{2}, bounds at 17 x 4 x 2 x 2 = 272).
+MAX_REGEX_EXPANSION = 20_000
+_ESCAPE_OR_COUNT = regex.compile(r"\\(?:[pPNx]\{[^}]*\}|.)|\{(\d*)(?:,(\d*))?\}", regex.DOTALL)
 Box = tuple[int, int, int, int]
 
 
@@ -210,8 +217,15 @@ def compile_query(query: str, mode: MatchMode) -> regex.Pattern[str]:
     """One pattern for every mode (exact and contains are escaped literals), so matching has
     one path and one span rule."""
     if mode == "regex":
-        try:
-            return regex.compile(query, regex.V1)
+        if _expansion_bound(query) > MAX_REGEX_EXPANSION:
+            raise ToolError(
+                "query_invalid",
+                "query's counted repeats ({m} or {m,n}) could write out more than "
+                f"{MAX_REGEX_EXPANSION} items when compiled: use smaller counts",
+                details={"query": query},
+            )
+        try:  # not kept in regex's cache: 500 patterns near the bound could hold GBs
+            return regex.compile(query, regex.V1, cache_pattern=False)
         except regex.error as exc:
             raise ToolError(
                 "query_invalid",
@@ -222,6 +236,21 @@ def compile_query(query: str, mode: MatchMode) -> regex.Pattern[str]:
     if mode == "exact":  # case-sensitive, whole words: a line, or a run of words in one
         return regex.compile(rf"(?<!\S){literal}(?!\S)")
     return regex.compile(literal, regex.IGNORECASE)
+
+
+def _expansion_bound(query: str) -> int:
+    """An upper bound of the items a compile of `query` writes out: its length times each
+    count (escapes skipped; a brace in a character class counts too, erring high)."""
+    bound = max(len(query), 1)
+    for found in _ESCAPE_OR_COUNT.finditer(query):
+        low, high = found.group(1), found.group(2)
+        if low is None:  # an escape
+            continue
+        # Seven digits are past the bound already: a longer count is read as its first seven.
+        bound *= max([int(n.lstrip("0")[:7] or "0") for n in (low, high) if n] + [1])
+        if bound > MAX_REGEX_EXPANSION:  # stop before a long count's product grows further
+            break
+    return bound
 
 
 def _span_box(line: Line, start: int, end: int) -> Box:

@@ -127,6 +127,13 @@ async def test_hostile_queries_get_clear_codes(make_daemon: Make) -> None:
     evil = "(x+x+)+y"
     status, body, _ = await call(d, "find_text", {"query": evil, "match": "regex"})
     assert status == 200 or body["error"]["code"] == "query_too_expensive", body
+    # counted repeats are written out when a pattern compiles: this one took 262 MB and 360 ms
+    # of the loop (and with {30} after it, a MemoryError), so it is refused before compiling
+    for huge in ("(?:(?:a{1000}){1000})", "(?:(?:a{1000}){1000}){30}", "a{" + "9" * 400 + "}"):
+        e = await err(d, "find_text", {"query": huge, "match": "regex"})
+        assert e["code"] == "query_invalid" and "counted repeats" in e["message"], e
+    counted = await ok(d, "find_text", {"query": r"Notes row \d{1,2}", "match": "regex"})
+    assert counted["count"] >= 1, counted
     for bad in ({"query": ""}, {"query": "a" * 501}, {"query": "a", "match": "glob"}):
         e = await err(d, "find_text", bad)
         assert e["code"] == "tool_arguments_invalid", (bad, e)

@@ -114,7 +114,9 @@ def packed(value: Any) -> bytes:
             return [swap(x) for x in v]
         if isinstance(v, int) and not -(2**63) <= v < 2**64:
             # msgpack has no integers this large: the nearest float (infinite past a double)
-            return math.copysign(math.inf, v) if edge_invalid(v) else float(v)
+            if edge_invalid(v):
+                return math.inf if v > 0 else -math.inf
+            return float(v)
         return v
 
     body: bytes = msgpack.Packer(unicode_errors="surrogatepass", use_bin_type=True).pack(

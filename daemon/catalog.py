@@ -481,10 +481,12 @@ class Catalog:
         *,
         tool_timeout_s: float = 60.0,
         hid_timeout_s: float = 300.0,
+        max_pending_hid: int = 64,
     ):
         self.platform = platform
         self.tool_timeout_s = tool_timeout_s
         self.hid_timeout_s = hid_timeout_s
+        self.max_pending_hid = max_pending_hid
         self._specs: dict[str, ToolSpec] = {}
         self._args_schemas: dict[str, dict[str, Any]] = {}
         self._detached: set[asyncio.Task[Any]] = set()
@@ -841,6 +843,16 @@ class Catalog:
         ctx: CallContext,
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
+        # Accepted HID invocations outlive their clients: without a bound, clients that call and
+        # leave queued them up without end (1.4 MB each for a long text, built before it waits).
+        if len(self._detached) >= self.max_pending_hid:
+            raise ToolError(
+                "hid_busy",
+                f"{len(self._detached)} HID invocations are already accepted and not yet ended "
+                "([server].max_pending_hid); retry once they have",
+                retryable=True,
+                details={"max_pending_hid": self.max_pending_hid},
+            )
         limit = spec.timeout_s or self.hid_timeout_s
         task = asyncio.create_task(self._run_with_limit(spec, args, ctx, limit, run))
         ctx.detached = task

@@ -93,6 +93,12 @@ class ServerConfig:
     max_body_bytes: int = _key(1 << 20, _int(1024, 64 << 20))
     tool_timeout_s: float = _key(60.0, _num(0.1, 3600), "limit for non-HID tools")
     hid_timeout_s: float = _key(300.0, _num(1, 3600), "server-side limit of a HID invocation")
+    max_pending_hid: int = _key(
+        64,
+        _int(1, 4096),
+        "HID invocations accepted and not yet ended, from all clients together (those of "
+        "clients that left included); one more is refused, hid_busy (retryable)",
+    )
     shutdown_grace_s: float = _key(10.0, _num(0, 300), "wait for HID invocations at SIGTERM")
     header_timeout_s: float = _key(
         15.0,

@@ -12,7 +12,10 @@ def build_catalog(rt: Runtime) -> Catalog:
 
     cfg = rt.config.server
     catalog = Catalog(
-        rt.platform, tool_timeout_s=cfg.tool_timeout_s, hid_timeout_s=cfg.hid_timeout_s
+        rt.platform,
+        tool_timeout_s=cfg.tool_timeout_s,
+        hid_timeout_s=cfg.hid_timeout_s,
+        max_pending_hid=cfg.max_pending_hid,
     )
     for module in (system, shell, screen, input, text):
         for spec in module.tools(rt):

@@ -207,3 +207,59 @@ def test_fd_exhaustion_passes_and_is_logged_once_per_interval(
     events = [e for e in d.log_events() if e.get("event") == "accept_failed"]
     assert events, "the fds never ran out: the test proved nothing"
     assert len(lines) <= 4, lines[:10]
+
+
+def _post(d: DaemonProcess, tool: str, args: Any) -> tuple[int, Any]:
+    body = json.dumps({"input": args}).encode()
+    req = urllib.request.Request(
+        f"{d.base}/api/tools/{tool}", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=BOUND_S) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _running(d: DaemonProcess) -> list[dict[str, Any]]:
+    status, body = http_get(d, "/api/live")
+    assert status == 200, body
+    running: list[dict[str, Any]] = body["running"]
+    return running
+
+
+def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+# Replaces: 32 keyboard_text calls of 5,000 characters a round, each client gone after 0.5 s,
+# round after round: the accepted calls queued up without end (128 after four rounds, RSS
+# 84 -> 268 MB) and a new client's keyboard_tap waited behind them all.
+def test_hid_invocations_left_by_their_clients_are_bounded(
+    make_daemon: Callable[..., DaemonProcess],
+) -> None:
+    d = make_daemon({"server": {"max_pending_hid": 2}, "input": {"typing_rate_cps": 20}})
+    request = json.dumps({"input": {"text": "a" * 60}}).encode()  # 3 s each at 20 cps
+    head = (
+        "POST /api/tools/keyboard_text HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(request)}\r\n\r\n"
+    ).encode()
+    callers = [tcp(d), tcp(d)]
+    for s in callers:
+        s.sendall(head + request)
+    _until(lambda: len(_running(d)) == 2)
+    for s in callers:  # both clients leave; their calls go on, one typing, one waiting
+        s.close()
+    status, body = _post(d, "keyboard_text", {"text": "b"})
+    assert status == 200 and body["is_error"] is True, body
+    assert body["error"]["code"] == "hid_busy" and body["error"]["retryable"] is True, body
+    assert _post(d, "health_check", {})[1]["is_error"] is False  # other tools go on
+    _until(lambda: not _running(d))
+    status, body = _post(d, "keyboard_text", {"text": "b"})
+    assert status == 200 and body["is_error"] is False, body
+    state = d.sim_state()
+    held = ("keys_down", "modifiers_down", "buttons_down", "contacts_down")
+    assert all(state[k] == [] for k in held), state

@@ -481,7 +481,7 @@ class Catalog:
         *,
         tool_timeout_s: float = 60.0,
         hid_timeout_s: float = 300.0,
-        max_pending_hid: int = 64,
+        max_pending_hid: int = 32,
     ):
         self.platform = platform
         self.tool_timeout_s = tool_timeout_s

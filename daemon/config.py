@@ -94,7 +94,7 @@ class ServerConfig:
     tool_timeout_s: float = _key(60.0, _num(0.1, 3600), "limit for non-HID tools")
     hid_timeout_s: float = _key(300.0, _num(1, 3600), "server-side limit of a HID invocation")
     max_pending_hid: int = _key(
-        64,
+        32,
         _int(1, 4096),
         "HID invocations accepted and not yet ended, from all clients together (those of "
         "clients that left included); one more is refused, hid_busy (retryable)",

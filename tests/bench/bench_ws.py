@@ -37,30 +37,13 @@ import json
 import sys
 import time
 
-import fastjsonschema
 import orjson
-import structlog
 from aiohttp import web
 
 sys.path.insert(0, sys.argv[2])
-from gadget.log import configure_logging
+from tests.bench.floor import Floor
 
-RESULT = json.loads(sys.stdin.read())  # the daemon's own health_check result
-configure_logging("info", "json", open(sys.argv[3], "w"))  # as the daemon logs: a file
-log = structlog.get_logger("floor")
-check_args = fastjsonschema.compile(
-    {"type": "object", "properties": {}, "additionalProperties": False}
-)
-# The shape of the daemon's own result schema for it: each property typed, no others.
-TYPES = {bool: "boolean", str: "string", int: "integer", float: "number", dict: "object"}
-check_result = fastjsonschema.compile(
-    {
-        "type": "object",
-        "properties": {k: {"type": TYPES[type(v)]} for k, v in RESULT.items()},
-        "required": ["ok", "version"],
-        "additionalProperties": False,
-    }
-)
+FLOOR = Floor(json.loads(sys.stdin.read()), sys.argv[3])  # the daemon's health_check result
 
 async def echo(request):
     ws = web.WebSocketResponse()
@@ -83,9 +66,7 @@ async def floor(request):
         started = time.monotonic()
         env = orjson.loads(msg.data)
         call = env["payload"]
-        check_args(call["arguments"])
-        result = dict(RESULT)
-        check_result(result)
+        result = FLOOR.call(call["arguments"])
         payload = {"toolId": call["toolId"], "success": True, "result": result}
         reply = {
             "type": "tool.result",
@@ -97,14 +78,7 @@ async def floor(request):
             "payload": payload,
         }
         await ws.send_str(orjson.dumps(reply).decode())
-        log.info(
-            "tool_invocation",
-            tool=call["toolId"],
-            transport="ws",
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
-            outcome="ok",
-            error_code=None,
-        )
+        FLOOR.logged(call["toolId"], "ws", started)
     return ws
 
 app = web.Application()

@@ -105,14 +105,16 @@ class Caller:
     def __post_init__(self) -> None:
         object.__setattr__(self, "effective", self.guard.lowered(self.max_policy))
 
-    def check_token(self, tool: str, policy: str) -> None:
-        """The network rule: write and critical tools need the pairing (or a client) token
-        wherever this connection requires one."""
-        if policy == "read" or self.authenticated or not self.token_required:
+    def check_token(self, tool: str, policy: str, private: bool = False) -> None:
+        """The network rule: write and critical tools, and read tools that show the target's
+        screen (`private`), need the pairing (or a client) token wherever this connection
+        requires one."""
+        if (policy == "read" and not private) or self.authenticated or not self.token_required:
             return
+        what = "shows the target's screen" if policy == "read" else f"is a {policy} tool"
         raise ToolError(
             "auth_required",
-            f"{tool} is a {policy} tool: send 'Authorization: Bearer <token>' "
+            f"{tool} {what}: send 'Authorization: Bearer <token>' "
             "(the pairing token in the state folder)",
         )
 
@@ -253,6 +255,9 @@ class ToolSpec:
     prerequisites: tuple[str, ...] = ()
     terminating: bool = False  # ends the agent run (wait_for_wakeup)
     evidence: bool = False  # its result carries a screenshot (post-action evidence)
+    # Shows the target's screen (a picture or its text): a phone's screen is private, so a read
+    # tool with it needs the token wherever a write tool does, as the live stream does.
+    private: bool = False
     # Tool knowledge for callers that must tell "done" from "done, but read this first" (the
     # Tool RPC qualified reply): a sentence when a successful result is qualified, else None.
     qualify: Callable[[Any], str | None] | None = None
@@ -658,7 +663,7 @@ class Catalog:
         token = evidence.noted.set(ctx.evidence)
         try:
             spec = self.lookup(name, caller)
-            caller.check_token(name, spec.policy)
+            caller.check_token(name, spec.policy, spec.private)
             args = self._arguments(spec, args, caller)
             result = await self._checked_call(spec, args, caller.effective, ctx, after, shot)
         except ToolError as exc:

@@ -88,6 +88,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             availability=available,
             keywords=("screen", "capture", "image"),
             evidence=True,
+            private=True,
         ),
         ToolSpec(
             name="wait_for_stable_screen",
@@ -117,6 +118,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             availability=available,
             keywords=("settle", "idle", "stability"),
             evidence=True,
+            private=True,
             timeout_s=65.0,
             qualify=lambda r: SCREEN_NOT_SETTLED if r.get("stable") is False else None,
         ),

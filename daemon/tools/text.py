@@ -340,6 +340,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             availability=available,
             keywords=("ocr", "text", "read", "visual tree", "elements"),
             timeout_s=limit,
+            private=True,
         ),
         ToolSpec(
             name="find_text",
@@ -358,6 +359,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             availability=available,
             keywords=("ocr", "search", "locate", "text"),
             timeout_s=limit,
+            private=True,
         ),
         ToolSpec(
             name="tap_text",

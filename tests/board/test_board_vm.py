@@ -294,7 +294,13 @@ def test_3_tools_api_over_usb_ecm(
     names = {t["name"] for t in answer["body"]["tools"]}
     assert {"health_check", "screenshot", "touch_gesture", "keyboard_tap"} <= names
 
-    shot = tool_output(phone(board, "call", "screenshot", "--retry-until", str(LINK_S)))
+    # The phone's screen is private: from the phone's side of the link, a screenshot needs the
+    # pairing token as a write tool does.
+    refused = phone(board, "call", "screenshot", "--retry-until", str(LINK_S))
+    assert refused.get("status") == 401, refused
+    assert refused["body"]["error"]["code"] == "auth_required", refused
+    token = ("--token", deployed["token"])
+    shot = tool_output(phone(board, "call", "screenshot", *token))
     jpeg = np.frombuffer(base64.b64decode(shot["data"]), np.uint8)
     frame = cv2.imdecode(jpeg, cv2.IMREAD_COLOR)
     assert frame is not None, "the screenshot is not an image"
@@ -319,6 +325,7 @@ def test_3_tools_api_over_usb_ecm(
                 "call",
                 "screen_text",
                 json.dumps({"input": band}),
+                *token,
                 "--timeout",
                 str(OCR_S + 30),
                 timeout=OCR_S + 90,

@@ -368,6 +368,15 @@ async def test_token_required_off_loopback(
     assert status == 200 and not body["is_error"]
     status, body = await call(d, "health_check", base=base)  # read tools need no token
     assert status == 200
+    # ... but those that show the phone's screen do, as the live stream does: a native app or
+    # another host on the USB link could take a screenshot or read its text with no token
+    for tool in ("screenshot", "screen_text"):
+        status, body = await call(d, tool, base=base)
+        assert status == 401 and body["error"]["code"] == "auth_required", body
+        assert "screen" in body["error"]["message"]
+        auth = {"Authorization": f"Bearer {d.token}"}
+        status, body = await call(d, tool, base=base, headers=auth)
+        assert status == 200 and not body["is_error"], body
     # On loopback the token is not needed.
     status, _ = await call(d, "shell", {"input": {"command": "true"}})
     assert status == 200

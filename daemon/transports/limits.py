@@ -12,8 +12,8 @@ transports, once.
   count, never once per attempt: an attacker sets the pace of attempts.
 - A request aiohttp cannot parse (a header past 8190 bytes, a bad chunk size, a control
   character) is answered 400 by aiohttp itself; `server_log` makes its log record one throttled
-  line with the reason, where aiohttp wrote "Error handling request" and a traceback, as plain
-  text beside the JSON lines, for each one.
+  line with the kind of fault, where aiohttp wrote "Error handling request" and a traceback, as
+  plain text beside the JSON lines, for each one (quoting the line, a token in it too).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def throttle_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
 
 class _ServerLog(logging.Handler):
     """aiohttp's server log records as our lines: a request it could not parse is the client's
-    fault (one throttled warning with the reason, no traceback); anything else is an error of
-    ours, logged with its traceback as a JSON field."""
+    fault (one throttled warning with the kind of fault, no traceback); anything else is an
+    error of ours, logged with its traceback as a JSON field."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,7 +97,9 @@ class _ServerLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError):
-            self._malformed(status=exc.code, reason=exc.message[:200])
+            # Its kind only: aiohttp's message quotes the refused line, which may carry a token
+            # (an Authorization header, ?token= in the request line).
+            self._malformed(status=exc.code, error=type(exc).__name__)
         else:
             log.error("http_server_error", message=record.getMessage(), exc_info=record.exc_info)
 

@@ -6,15 +6,19 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import structlog
 
 from daemon import VERSION
 from daemon.catalog import CallContext, ToolSpec, object_schema, schema_errors
 from daemon.errors import ToolError
 from daemon.runtime import Runtime
+
+log = structlog.get_logger("daemon.tools.system")
 
 TEXT_ARGS = object_schema({"input": {"type": "string"}})
 
@@ -324,14 +328,28 @@ def _skill_meta(text: str, fallback: str) -> tuple[str, str]:
     return name, meta.get("description", f"The {name} skill.")
 
 
-def skill_tools(rt: Runtime) -> list[ToolSpec]:
-    """Every */SKILL.md under the skills folder is a text-mode tool returning its content."""
+def skill_tools(rt: Runtime, taken: Iterable[str] = ()) -> list[ToolSpec]:
+    """Every */SKILL.md under the skills folder is a text-mode tool returning its content.
+
+    A skill that cannot be read, or whose tool name is `taken` (by an internal tool) or was
+    given to a skill before it, is left out with a warning: one bad file in the folder must not
+    keep the daemon from starting (a name clash raised at registration, and systemd restarted
+    the daemon into the same failure)."""
     if not rt.config.skills.dir:
         return []
-    specs = []
+    specs: list[ToolSpec] = []
+    names = set(taken)
     for path in sorted(Path(rt.config.skills.dir).glob("*/SKILL.md")):
-        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            log.warning("skill_left_out", path=str(path), reason=str(exc))
+            continue
         name, description = _skill_meta(text, path.parent.name)
+        if f"skill_{name}" in names:
+            log.warning("skill_left_out", path=str(path), reason=f"skill_{name} is taken")
+            continue
+        names.add(f"skill_{name}")
 
         async def read_skill(args: dict[str, Any], ctx: CallContext, path: Path = path) -> Any:
             try:
@@ -373,10 +391,11 @@ def internal_tools(rt: Runtime) -> list[ToolSpec]:
 
 
 def tools(rt: Runtime) -> list[ToolSpec]:
+    internal = internal_tools(rt)
     return [
         health_tool(rt),
         weather_tool(rt),
         wakeup_tool(rt),
-        *skill_tools(rt),
-        *internal_tools(rt),
+        *skill_tools(rt, taken=[t.name for t in internal]),
+        *internal,
     ]

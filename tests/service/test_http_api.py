@@ -256,6 +256,26 @@ async def test_tool_skills_bundle(
     assert json.loads(body2["output"])["content"].endswith("Step 1.\n")
 
 
+# Replaces: a skills folder with manage/SKILL.md (skill_manage is an internal tool's name), or
+# with "web search" and "web_search": the daemon exited, "tool ... registered twice".
+async def test_a_skill_whose_name_is_taken_is_left_out_and_the_daemon_starts(
+    make_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    folder = tmp_path / "skills"
+    for dirname, name in (("a", "web search"), ("b", "web_search"), ("manage", "manage")):
+        (folder / dirname).mkdir(parents=True)
+        (folder / dirname / "SKILL.md").write_text(f"---\nname: {name}\n---\nFrom {dirname}.\n")
+    d = make_daemon({"skills": {"dir": str(folder)}})
+    _, listing = await get(d, "/api/tools")
+    assert [t["name"] for t in listing["tools"] if t["name"].startswith("skill_")] == [
+        "skill_web_search"
+    ]
+    _, body = await call(d, "skill_web_search", {"raw_input": ""})
+    assert json.loads(body["output"])["content"] == "---\nname: web search\n---\nFrom a.\n"
+    left_out = [e for e in d.log_events() if e.get("event") == "skill_left_out"]
+    assert sorted(e["path"].split("/")[-2] for e in left_out) == ["b", "manage"], left_out
+
+
 @pytest.mark.parametrize(
     ("tool", "raw", "status", "code"),
     [

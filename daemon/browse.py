@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from zeroconf import IPVersion, ServiceListener, Zeroconf
+from zeroconf import BadTypeInNameException, IPVersion, ServiceListener, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 SERVICE = "_fingertip._tcp.local."  # the same as daemon.discovery.FINGERTIP_SERVICE
@@ -42,6 +42,9 @@ class Found:
 
     boards: list[dict[str, Any]] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    # Names heard under our type that zeroconf refuses to resolve (a control character, another
+    # service type): anyone on the link can send one, and it must not hide the real boards.
+    invalid: list[str] = field(default_factory=list)
 
 
 def _text(value: bytes | None) -> str | None:
@@ -79,10 +82,15 @@ async def _discover(seconds: float, interfaces: list[str] | None) -> Found:
         browser = AsyncServiceBrowser(azc.zeroconf, SERVICE, listener=heard)
         await asyncio.sleep(seconds)  # the browse window is what the user asked for
         await browser.async_cancel()
-        infos = [AsyncServiceInfo(SERVICE, name) for name in sorted(heard.names)]
+        found = Found()
+        infos = []
+        for name in sorted(heard.names):
+            try:
+                infos.append(AsyncServiceInfo(SERVICE, name))
+            except BadTypeInNameException:
+                found.invalid.append(name)
         # All at once: a rack of boards, some of them slow, costs one resolve time, not one each.
         resolved = await asyncio.gather(*(i.async_request(azc.zeroconf, RESOLVE_MS) for i in infos))
-        found = Found()
         for info, ok in zip(infos, resolved, strict=True):
             if ok:
                 found.boards.append(board(info))

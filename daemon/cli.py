@@ -320,6 +320,11 @@ def discover(seconds: float, interfaces: list[str] | None) -> int:
     except (OSError, ValueError) as exc:  # no such interface address, no multicast
         print(f"fingertip: cannot browse DNS-SD: {exc}", file=sys.stderr)
         return 1
+    for name in found.invalid:  # e.g. a hostile announcement: named (escaped), then passed over
+        print(
+            f"fingertip: {name!r} was heard as a board but is no valid name; not listed",
+            file=sys.stderr,
+        )
     for name in found.unresolved:  # heard, but not listed: say so, never drop it silently
         print(
             f"fingertip: board {name!r} was heard but did not resolve within "

@@ -251,9 +251,32 @@ def ghost_answer(instance: str) -> bytes:
     return out.packets()[0]
 
 
-def test_discover_names_a_board_that_does_not_resolve(addresses: None) -> None:
-    """Two boards are heard: one answers (a real responder on ADDR), one never resolves. The
-    first is listed on stdout; the second is named on stderr, not dropped without a word."""
+NOT_LISTED = [
+    (
+        f"ghost.{FINGERTIP_SERVICE}",
+        "fingertip: board 'ghost' was heard but did not resolve within 1500 ms "
+        "(no address, port or TXT answer); not listed\n",
+    ),
+    # A name zeroconf refuses to resolve crashed the whole browse (a traceback, no board listed):
+    # anyone on the link could hide every board with one packet.
+    (
+        "evil._http._tcp.local.",
+        "fingertip: 'evil._http._tcp.local.' was heard as a board but is no valid name; "
+        "not listed\n",
+    ),
+    (
+        f"bad\x07name.{FINGERTIP_SERVICE}",
+        "fingertip: 'bad\\x07name._fingertip._tcp.local.' was heard as a board but is no valid "
+        "name; not listed\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("instance", "said"), NOT_LISTED)
+def test_discover_names_a_board_it_cannot_list(addresses: None, instance: str, said: str) -> None:
+    """Two boards are heard: one answers (a real responder on ADDR), the other never resolves
+    or has a name that cannot be resolved. The first is listed on stdout; the second is named on
+    stderr, not dropped without a word."""
     responder = Zeroconf(interfaces=[ADDR])
     info = ServiceInfo(
         FINGERTIP_SERVICE,
@@ -267,7 +290,7 @@ def test_discover_names_a_board_that_does_not_resolve(addresses: None) -> None:
     stop = threading.Event()
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ADDR))
-    packet = ghost_answer(f"ghost.{FINGERTIP_SERVICE}")
+    packet = ghost_answer(instance)
 
     def announce() -> None:  # again and again, so any browse window hears it
         while not stop.is_set():
@@ -277,13 +300,10 @@ def test_discover_names_a_board_that_does_not_resolve(addresses: None) -> None:
     thread = threading.Thread(target=announce, daemon=True)
     thread.start()
     try:
-        boards, stderr = discover_until(lambda boards, stderr: bool(boards) and "'ghost'" in stderr)
+        boards, stderr = discover_until(lambda boards, stderr: bool(boards) and said in stderr)
         names = [b["name"] for b in boards]
         assert names == ["answers"], (names, stderr)
-        assert stderr == (
-            "fingertip: board 'ghost' was heard but did not resolve within 1500 ms "
-            "(no address, port or TXT answer); not listed\n"
-        )
+        assert stderr == said
     finally:
         stop.set()
         thread.join()

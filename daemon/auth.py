@@ -37,6 +37,7 @@ def load_or_create_token(config: Config) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an empty file that was already there keeps its own mode otherwise
     with os.fdopen(fd, "w") as fh:
         fh.write(token + "\n")
     return token

@@ -209,8 +209,7 @@ class Recorder:
     def _run(self, settle: Callable[[], None]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = store.open_writer(self.path)
-            self.path.chmod(0o600)  # audit data: the daemon's user only
+            conn = store.open_writer(self.path)  # 0600 with its WAL: audit data
             self.ready = True
         except (OSError, sqlite3.Error) as exc:
             self._disable(exc)

@@ -8,8 +8,10 @@ flight. The schema's version is SQLite's user_version; MIGRATIONS[n] brings vers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -95,9 +97,21 @@ class Row:
     images: tuple[Image, ...] = ()
 
 
+def _private(path: Path) -> None:
+    """The database, its WAL and its shared memory readable by the daemon's user alone (audit
+    data). SQLite gives the -wal and -shm files the database file's mode when it makes them, so
+    the database is made 0600 before it is opened: chmodding it afterwards left the WAL, which
+    holds the newest records, at the umask's 0644. Files an older daemon left are mended too."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            part.chmod(0o600)
+
+
 def open_writer(path: Path) -> sqlite3.Connection:
     """The writer's connection: WAL, incremental auto-vacuum (so pruning gives space back to
     the SD card), migrated to SCHEMA_VERSION. Raises sqlite3.Error / OSError when it cannot."""
+    _private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA busy_timeout = 5000")

@@ -13,6 +13,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 
 import msgpack
 
@@ -78,7 +79,7 @@ catalog, call and trace print exactly one JSON object on stdout, discriminated b
                                (--db, $FINGERTIP_TRACE_DB, else /var/lib/fingertip/trace.db):
                                {"type":"trace","count":N,"invocations":[...]}; filters --since
                                --until (Unix seconds or ISO 8601) --tool --transport --outcome
-                               --limit; --id ID for one invocation
+                               --limit; --id ID for one invocation; --timeout bounds the read
 
 Exit status: 0 whenever one reply was printed (whatever its type); 1 when stdout could not be
 written, or when discover could not browse (its reason on stderr). --help exits 0.
@@ -170,9 +171,17 @@ def read_arguments(data: bytes) -> dict[str, object]:
     return value
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
+def _recv_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes | None:
+    """`size` bytes, or None when the connection ends first; TimeoutError past `deadline`
+    (monotonic), however the bytes trickle in: a socket timeout counts for each recv alone, and
+    a daemon sending a byte a second kept --timeout 3 waiting without end."""
     chunks, got = [], 0
     while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
         chunk = sock.recv(min(size - got, 1 << 20))
         if not chunk:
             return None
@@ -187,6 +196,7 @@ def exchange(path: str, request: dict[str, object], timeout: float | None) -> di
         body = msgpack.packb(request, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise Rejected("INVALID_ARGUMENTS", f"arguments cannot be sent: {exc}") from None
+    deadline = None if timeout is None else time.monotonic() + timeout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -200,7 +210,7 @@ def exchange(path: str, request: dict[str, object], timeout: float | None) -> di
             sent = True
         except OSError:
             sent = False  # the daemon may have refused us already: its error frame is readable
-        frame = _read_frame(sock, timeout, request["op"] == "call")
+        frame = _read_frame(sock, timeout, deadline, request["op"] == "call")
     if frame is None:
         if not sent:
             raise Rejected("INSTALLATION_STOPPED", f"the daemon at {path} closed the connection")
@@ -218,16 +228,18 @@ def exchange(path: str, request: dict[str, object], timeout: float | None) -> di
     return message
 
 
-def _read_frame(sock: socket.socket, timeout: float | None, call: bool) -> bytes | None:
+def _read_frame(
+    sock: socket.socket, timeout: float | None, deadline: float | None, call: bool
+) -> bytes | None:
     """One response frame; None when the connection ends first."""
     try:
-        header = _recv_exactly(sock, HEADER_BYTES)
+        header = _recv_exactly(sock, HEADER_BYTES, deadline)
         if header is None:
             return None
         size = int.from_bytes(header, "big")
         if size > REPLY_LIMIT:
             raise Rejected("INVALID_RESULT", f"reply of {size} bytes is over {REPLY_LIMIT}")
-        return _recv_exactly(sock, size)
+        return _recv_exactly(sock, size, deadline)
     except TimeoutError:
         failure = "OBSERVATION_UNAVAILABLE" if call else "CATALOG_UNAVAILABLE"
         raise Rejected(failure, f"no reply within {timeout:g} s") from None
@@ -255,13 +267,19 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
 
     path = Path(args.db or os.environ.get("FINGERTIP_TRACE_DB") or TRACE_DB)
     query = {k: getattr(args, k) for k in store.FILTERS if getattr(args, k) is not None}
+    for name, value in [*query.items(), ("id", args.id)]:
+        if value is not None and not wire.is_text(value):  # argv bytes that are not UTF-8
+            raise Rejected("INVALID_COMMAND", f"--{name} is not UTF-8 text")
     try:
         f = store.parse_filter(query, default_limit=100, max_limit=100000)
         conn = store.open_reader(path)
     except ValueError as exc:
         raise Rejected("INVALID_COMMAND", str(exc)) from None
-    except (FileNotFoundError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error) as exc:  # missing, or a folder on the way this user may not
         raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
+    if args.timeout is not None:  # a query that runs on (a hostile file's view) is cut
+        cut_at = time.monotonic() + args.timeout
+        conn.set_progress_handler(lambda: time.monotonic() > cut_at, 10000)
     try:
         if args.id is not None:
             record = store.get(conn, args.id)
@@ -274,8 +292,16 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
             rows = [record]
         else:
             rows = store.select(conn, f)
+    except sqlite3.OperationalError as exc:
+        if args.timeout is not None and time.monotonic() > cut_at:
+            raise Rejected(
+                "OBSERVATION_UNAVAILABLE", f"no trace within {args.timeout:g} s"
+            ) from None
+        raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
     except sqlite3.Error as exc:
         raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a record's JSON column is not JSON
+        raise Rejected("INVALID_RESULT", f"{path} holds a record that is not JSON: {exc}") from None
     finally:
         conn.close()
     return {"type": TRACE_TYPE, "count": len(rows), "invocations": rows}
@@ -347,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             return discover(args.seconds, args.interface)
         stdin = None
         if args.command == "call" and sys.stdin is not None:
-            stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+            try:
+                stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+            except OSError as exc:  # e.g. opened write-only: EBADF
+                raise Rejected("INVALID_ARGUMENTS", f"cannot read stdin: {exc}") from None
         reply = run(args, stdin)
     except Rejected as exc:
         print(f"fingertip: {exc.message}", file=sys.stderr)

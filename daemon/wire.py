@@ -115,7 +115,9 @@ def _json_loads(data: str | bytes | bytearray) -> Any:
     return value
 
 
-def _text_ok(s: str) -> bool:
+def is_text(s: str) -> bool:
+    """Whether `s` is valid Unicode: no lone surrogate (as a JSON escape, or as argv and
+    os.environ carry bytes that are not UTF-8) keeps it from being encoded."""
     if s.isascii():
         return True
     try:
@@ -148,11 +150,11 @@ def _plain(value: Any) -> bool:
             if depth >= MAX_DEPTH:
                 return False
             for key, item in v.items():
-                if type(key) is not str or not (key.isascii() or _text_ok(key)):
+                if type(key) is not str or not (key.isascii() or is_text(key)):
                     return False
                 t = type(item)
                 if t is str:
-                    if not (item.isascii() or _text_ok(item)):
+                    if not (item.isascii() or is_text(item)):
                         return False
                 elif t in _SCALARS:
                     continue
@@ -170,7 +172,7 @@ def _plain(value: Any) -> bool:
             for item in v:
                 push((item, depth + 1))
         elif kind is str:
-            if not (v.isascii() or _text_ok(v)):
+            if not (v.isascii() or is_text(v)):
                 return False
         elif kind is float:
             if not math.isfinite(v):
@@ -197,7 +199,7 @@ def _check_with_paths(value: Any) -> None:
             if not math.isfinite(v):
                 raise WireError(path, f"{v} is not a finite number (JSON has no NaN or Infinity)")
         elif isinstance(v, str):
-            if not _text_ok(v):
+            if not is_text(v):
                 raise WireError(path, "the string is not valid Unicode (a lone surrogate)")
         elif isinstance(v, dict | list | tuple):
             if depth >= MAX_DEPTH:
@@ -206,7 +208,7 @@ def _check_with_paths(value: Any) -> None:
                 for key, item in v.items():
                     if not isinstance(key, str):
                         raise WireError(path, f"object key {key!r} is not a string")
-                    if not _text_ok(key):
+                    if not is_text(key):
                         raise WireError(path, "an object key is not valid Unicode")
                     stack.append((item, f"{path}.{key}", depth + 1))
             else:
@@ -220,7 +222,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def scrub(text: str) -> str:
     """`text` made encodable as UTF-8: each lone surrogate becomes U+FFFD."""
-    return text if _text_ok(text) else _SURROGATE.sub("\ufffd", text)
+    return text if is_text(text) else _SURROGATE.sub("\ufffd", text)
 
 
 # orjson writes a float below 1e-4 in magnitude as 0.0000999 or 1e-7 where json writes 9.99e-05

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from daemon.trace import store
 from tests.service.daemonproc import REPO, DaemonProcess
 
 FINGERTIP = Path(sys.executable).with_name("fingertip")
@@ -628,6 +630,86 @@ def test_cli_rejects_replies_outside_the_contract(tmp_path: Path) -> None:
 def _frame(message: Any) -> bytes:
     body = msgpack.packb(message)
     return len(body).to_bytes(4, "big") + body
+
+
+def test_timeout_holds_against_a_reply_that_trickles_in(tmp_path: Path) -> None:
+    """A fake daemon announces 1,000 bytes and sends one every 0.2 s: the socket's timeout
+    counted for each recv alone, so --timeout 1 waited the whole 200 s."""
+    path = tmp_path / "drip.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            recv_exactly(conn, int.from_bytes(recv_exactly(conn, 4), "big"))
+            conn.sendall((1000).to_bytes(4, "big"))
+            while not done.wait(0.2):
+                try:
+                    conn.sendall(b"\x00")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        reply, err = cli(path, "--timeout", "1", "call", "health_check", stdin=b"{}")
+        assert failure(reply) == "OBSERVATION_UNAVAILABLE" and "within 1 s" in err, err
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+
+
+def test_stdin_that_cannot_be_read_is_a_reply(tmp_path: Path) -> None:
+    """stdin opened write-only: read() fails with EBADF, which was a traceback and no JSON."""
+    write_only = tmp_path / "w"
+    write_only.touch()
+    with write_only.open("wb") as fd0:
+        proc = subprocess.run(
+            [str(FINGERTIP), "--socket", str(tmp_path / "none.sock"), "call", "health_check"],
+            stdin=fd0,
+            capture_output=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {
+        "type": "rejected",
+        "failure": "INVALID_ARGUMENTS",
+    }, proc
+    assert b"cannot read stdin" in proc.stderr
+
+
+def test_trace_of_a_hostile_or_unreachable_database_is_a_reply(tmp_path: Path) -> None:
+    """Each was a traceback and no JSON: a path the reader cannot even look at, filters that
+    are not UTF-8 (argv bytes), a record whose JSON column is not JSON, and a query that runs
+    on (a view over an endless recursive query) past --timeout."""
+    sock = tmp_path / "none.sock"  # trace reads the file: no daemon needed
+    too_long = tmp_path / ("x" * 300) / "trace.db"  # ENAMETOOLONG from the existence check
+    reply, _ = cli(sock, "trace", "--db", str(too_long))
+    assert failure(reply) == "INSTALLATION_STOPPED"
+
+    db = tmp_path / "trace.db"
+    with contextlib.closing(store.open_writer(db)) as conn:
+        values = ("a" * 32, 1.0, 2.0, 1.0, "http", "", "", "tap", "write", 1)
+        store.insert(conn, [store.Row((*values, "not json", "ok", None, 0, "[]", "[]", None))])
+    reply, err = cli(sock, "trace", "--db", str(db))
+    assert failure(reply) == "INVALID_RESULT" and "not JSON" in err, err
+    not_utf8 = os.fsdecode(b"\xff")
+    for flag in ("--tool", "--transport", "--id"):
+        reply, err = cli(sock, "trace", "--db", str(db), flag, not_utf8)
+        assert failure(reply) == "INVALID_COMMAND" and "UTF-8" in err, (flag, err)
+
+    endless = tmp_path / "endless.db"
+    with contextlib.closing(sqlite3.connect(endless)) as conn:
+        columns = ", ".join(f"i AS {name}" for name in store.COLUMNS)
+        conn.execute(
+            "CREATE VIEW invocations AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL "
+            f"SELECT i + 1 FROM n) SELECT {columns} FROM n WHERE i < 0"
+        )
+    reply, err = cli(sock, "--timeout", "1", "trace", "--db", str(endless))
+    assert failure(reply) == "OBSERVATION_UNAVAILABLE" and "within 1 s" in err, err
 
 
 def test_stale_socket_is_replaced_and_a_live_one_is_kept(

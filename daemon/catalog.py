@@ -81,6 +81,12 @@ class Guard:
 Audience = Literal["model", "diagnostic"]
 
 
+def needs_token(policy: str, private: bool) -> bool:
+    """Write and critical tools, and read tools that show the target's screen (`private`),
+    need the pairing (or a client) token where a connection requires one."""
+    return policy != "read" or private
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who calls, as its transport read it from its own wire (Auth.caller for the HTTP port).
@@ -106,10 +112,8 @@ class Caller:
         object.__setattr__(self, "effective", self.guard.lowered(self.max_policy))
 
     def check_token(self, tool: str, policy: str, private: bool = False) -> None:
-        """The network rule: write and critical tools, and read tools that show the target's
-        screen (`private`), need the pairing (or a client) token wherever this connection
-        requires one."""
-        if (policy == "read" and not private) or self.authenticated or not self.token_required:
+        """The network rule (needs_token) wherever this connection requires a token."""
+        if not needs_token(policy, private) or self.authenticated or not self.token_required:
             return
         what = "shows the target's screen" if policy == "read" else f"is a {policy} tool"
         raise ToolError(

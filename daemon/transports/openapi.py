@@ -16,7 +16,7 @@ from aiohttp import web
 
 from daemon import VERSION
 from daemon.auth import Auth
-from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec
+from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec, needs_token
 from daemon.wire import STATUS
 
 REF = "#/components/schemas/"
@@ -164,7 +164,7 @@ def success_schema(spec: ToolSpec) -> dict[str, Any]:
 
 def tool_operation(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
     statuses = [400, 403, 413, 500, 503]
-    if spec.policy != "read" or spec.private:
+    if needs_token(spec.policy, spec.private):
         statuses.insert(1, 401)
     responses: dict[str, Any] = {
         "200": {"description": STATUS_TEXT[200], "content": _json(success_schema(spec))}

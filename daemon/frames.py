@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy arrives with the first frame (capture or the simulator), not at start
+    import numpy as np
+    import numpy.typing as npt
 
-Image = npt.NDArray[np.uint8]  # H x W x 3, BGR, as OpenCV uses
+    Image = npt.NDArray[np.uint8]  # H x W x 3, BGR, as OpenCV uses
 
 
 @dataclass(frozen=True)

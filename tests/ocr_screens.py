@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-from daemon.frames import Image
 from daemon.sim.device import VirtualDevice
 from daemon.sim.render import DrawnWord, Renderer
+
+if TYPE_CHECKING:
+    from daemon.frames import Image
 
 
 @dataclass(frozen=True)

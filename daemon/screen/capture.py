@@ -41,16 +41,17 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cv2
-import numpy as np
 import pyudev
 import structlog
 
 from daemon.config import CaptureConfig
 from daemon.errors import ToolError
-from daemon.frames import Frame, Image
+from daemon.frames import Frame
+
+if TYPE_CHECKING:
+    from daemon.frames import Image
 
 log = structlog.get_logger("daemon.screen.capture")
 
@@ -256,6 +257,9 @@ class V4L2Capture:
         return await asyncio.to_thread(self._decode, raw)
 
     def _decode(self, raw: _Raw) -> Frame:
+        import cv2
+        import numpy as np
+
         with self._decode_lock:  # one decode per frame, however many ask at once
             if self._decoded is not None and self._decoded.seq == raw.seq:
                 return self._decoded
@@ -387,6 +391,8 @@ class V4L2Capture:
             return wanted
 
     def _open(self, node: str) -> Any:
+        import cv2  # here, in the reader thread: a daemon that never captured does not hold it
+
         c = self.config
         cap = cv2.VideoCapture(node, cv2.CAP_V4L2)
         if not cap.isOpened():
@@ -420,6 +426,8 @@ class V4L2Capture:
 
     def _stream(self, cap: Any, node: str) -> int:
         """Drain frames while wanted; returns how many were delivered before it stopped."""
+        import cv2
+
         delivered = 0
         passthrough = cap.get(cv2.CAP_PROP_CONVERT_RGB) == 0
         prev_at: float | None = None

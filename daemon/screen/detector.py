@@ -9,24 +9,27 @@ default is 2). Signatures are computed once per frame, so a stability wait compa
 Grid: 80 blocks along the image's longer axis, 40 along the shorter (a landscape 1920x1080
 capture gets 80 columns x 40 rows, a portrait phone screen 40 columns x 80 rows), so blocks
 stay roughly square whichever way the target is held.
+
+numpy and OpenCV are imported by the functions that use them: the daemon holds them only once
+it has frames to compare (the small-board memory budget).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cv2
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Blocks = npt.NDArray[np.float32]  # rows x cols x channels, block means in 0..255
 
 STATUS_BAR_FRACTION = 0.08
 GRID_LONG = 80
 GRID_SHORT = 40
 CHANGED_BLOCKS_PERCENT = 1  # a pair changed when strictly more than 1 % of blocks changed
-
-Blocks = npt.NDArray[np.float32]  # rows x cols x channels, block means in 0..255
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +68,8 @@ def grid_shape(width: int, height: int) -> tuple[int, int]:
 
 def _edges(length: int, parts: int) -> npt.NDArray[np.intp]:
     # Whole-pixel block edges; never more blocks than pixels, so no block is empty.
+    import numpy as np
+
     return np.round(np.linspace(0, length, min(parts, length) + 1)).astype(np.intp)
 
 
@@ -75,6 +80,9 @@ def signature(image: npt.NDArray[np.uint8]) -> Signature:
     1 ms at 1080p, where cv2.resize(INTER_AREA) needs ~4 ms because 994 rows do not divide
     by 40. Where the size divides evenly the result equals INTER_AREA's.
     """
+    import cv2
+    import numpy as np
+
     if image.ndim == 2:
         image = image[:, :, np.newaxis]
     height, width = int(image.shape[0]), int(image.shape[1])
@@ -106,6 +114,8 @@ def compare(a: Signature, b: Signature, threshold: float) -> Diff:
     total = int(b.blocks.shape[0] * b.blocks.shape[1])
     if (a.width, a.height) != (b.width, b.height) or a.blocks.shape != b.blocks.shape:
         return Diff(True, 1.0, 255.0, total, total)
+    import numpy as np
+
     per_block = np.abs(a.blocks - b.blocks).max(axis=2)
     changed = int(np.count_nonzero(per_block > threshold))
     return Diff(

@@ -1,17 +1,20 @@
-"""Frames to image bytes, and the one place the screenshot JSON shape is made. Pure."""
+"""Frames to image bytes, and the one place the screenshot JSON shape is made. Pure.
+
+OpenCV is imported by encode() itself, on the first frame: a daemon that has not captured yet
+does not hold it (the small-board memory budget)."""
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import cv2
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from daemon.frames import Frame
 from daemon.screen.options import SHOT, Format
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ def encode(
     width, height = output_size(frame.width, frame.height, max_width=max_width, scale=scale)
     if fmt == "jpeg" and frame.jpeg is not None and (width, height) == (frame.width, frame.height):
         return Encoded(frame.jpeg, width, height, "jpeg")
+    import cv2
+
     image: npt.NDArray[Any] = frame.image
     if (width, height) != (frame.width, frame.height):
         image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)

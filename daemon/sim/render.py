@@ -8,13 +8,16 @@ depends on the clock: the same View always gives the same pixels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-from daemon.frames import Image
 from daemon.sim.device import Scene, View
 from daemon.sim.layout import STATUS_BOTTOM, Rect, ScreenLayout, make_layout
+
+if TYPE_CHECKING:
+    from daemon.frames import Image
 
 Color = tuple[int, int, int]
 FONT = cv2.FONT_HERSHEY_SIMPLEX

@@ -14,9 +14,6 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-import cv2
-import numpy as np
-
 from daemon.catalog import CallContext, Catalog, Guard
 from daemon.errors import ToolError
 from daemon.frames import Frame
@@ -42,6 +39,9 @@ def _b64(data: bytes) -> str:
 def checkpoint(recorded: Image, live: Frame, quality: int, threshold: float) -> tuple[Diff, bytes]:
     """Compare the live frame with a recorded image (blocking: run it in a thread). Returns
     the detector's diff and the live frame as compared (JPEG)."""
+    import cv2
+    import numpy as np
+
     enc = encode(live, fmt="jpeg", quality=quality, max_width=recorded.width)
     ours = cv2.imdecode(np.frombuffer(enc.data, np.uint8), cv2.IMREAD_COLOR)
     theirs = cv2.imdecode(np.frombuffer(recorded.jpeg, np.uint8), cv2.IMREAD_COLOR)

@@ -295,6 +295,24 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    """On-device OCR for screen_text, find_text and tap_text (daemon/screen/ocr.py)."""
+
+    enabled: bool | str = _key(
+        "auto",
+        {"enum": ["auto", True, False]},
+        "auto = on where the board has >= 512 MB of RAM (MemTotal >= 400 MB)",
+    )
+    idle_exit_s: float = _key(
+        20.0, _num(1, 86400), "the OCR worker process (and its memory) goes this long after a read"
+    )
+    read_timeout_s: float = _key(
+        120.0, _num(1, 3600), "a read (engine start included) taking longer is killed"
+    )
+    threads: int = _key(1, _int(1, 64), "onnxruntime threads per read")
+
+
+@dataclass(frozen=True)
 class StreamConfig:
     """GET /api/stream and /api/snapshot (daemon/screen/stream.py): the query's bounds."""
 
@@ -377,6 +395,7 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     input: InputConfig = field(default_factory=InputConfig)
     shell: ShellConfig = field(default_factory=ShellConfig)

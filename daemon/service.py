@@ -68,8 +68,9 @@ def build(config: Config) -> Daemon:
         screen=Screen(backend.frames, config.capture),
         engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
         shell=ShellService(config),
-        ocr=Ocr(),
+        ocr=Ocr(config.ocr),
     )
+    rt.status["ocr"] = rt.ocr.status
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))

@@ -1,45 +1,34 @@
-"""On-device OCR: the engine (RapidOCR on onnxruntime, models inside the wheel) and the service
-the tools share (lazy load, one run at a time off the event loop, a bounded queue, a per-frame
-cache).
+"""The OCR engine: RapidOCR on onnxruntime, with the models its wheel carries. Only the OCR
+worker process (daemon.screen.ocr_worker) imports this module; the daemon never does, so the
+engine's libraries and its working memory never live in the daemon's process.
 
 Why RapidOCR: its PP-OCR detection + recognition models ship in the `rapidocr` wheel (nothing
 is downloaded at run time), onnxruntime has manylinux wheels for x86_64 and aarch64, it depends
 on opencv-python-headless (the daemon's own OpenCV) and it reads UI text (small, antialiased,
 light on dark) far better than Tesseract's page-layout model. Figures: tests/bench/bench_ocr.py.
-
-Nothing here is imported until the first OCR call, so an unused engine costs no memory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import ctypes.util
 import functools
 import importlib.metadata
 import importlib.util
-import threading
-import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
-import structlog
 
-from daemon.errors import ToolError
-from daemon.frames import Frame, Image
+from daemon.screen.ocr import Line, Word
 
-log = structlog.get_logger("daemon.screen.ocr")
+if TYPE_CHECKING:
+    from daemon.frames import Image
 
-ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 # onnxruntime threads per run. One keeps a core free for capture and HID timing on a small
 # board; the speed target (a 1080x1920 frame in <= 1.5 s) is met on one core of this machine.
 OCR_THREADS = 1
-MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
 # The detector's input long side: a 1080x1920 frame at 0.57, where the smallest text to read
 # (iOS home labels, ~33 px high at 1080 wide; Android's 12 sp) is still ~19 px. Detection's
 # time goes with its area: 1280 took 0.9 s, 1088 0.6 s, 960 0.35 s but lost words on macOS
@@ -49,47 +38,6 @@ DET_LONG_SIDE = 1088
 # the padding costs more than the runs it saves (bench_ocr: 1 vs 4 vs 6 vs 16), and less memory.
 REC_BATCH = 1
 REC_MIN_WIDTH = 48  # recognition input width floor (px at 48 px height): see RapidEngine
-CACHED_FRAMES = 8  # trees kept, newest first: a snapshot id stays usable for this many frames
-
-
-@dataclass(frozen=True)
-class Word:
-    """One recognized word: its text, confidence and box in frame pixels (x0, y0, x1, y1)."""
-
-    text: str
-    confidence: float
-    box: tuple[int, int, int, int]
-
-
-@dataclass(frozen=True)
-class Line:
-    """One detected text line (the engine's unit) and the words it splits into."""
-
-    text: str
-    confidence: float
-    box: tuple[int, int, int, int]
-    words: tuple[Word, ...]
-
-
-Crop = tuple[int, int, int, int]  # a rectangle of the frame in pixels (x0, y0, x1, y1)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """The OCR of one frame, or of the `crop` of it that was read (boxes are frame pixels)."""
-
-    frame: Frame
-    lines: tuple[Line, ...]
-    elapsed_ms: int
-    crop: Crop | None = None
-
-
-def _shifted(line: Line, dx: int, dy: int) -> Line:
-    def move(b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        return b[0] + dx, b[1] + dy, b[2] + dx, b[3] + dy
-
-    words = tuple(Word(w.text, w.confidence, move(w.box)) for w in line.words)
-    return Line(line.text, line.confidence, move(line.box), words)
 
 
 def _box(points: Any) -> tuple[int, int, int, int]:
@@ -239,105 +187,3 @@ def give_back_memory() -> None:
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)
-
-
-def engine_installed() -> bool:
-    """Whether the engine's packages are installed, without importing them (no memory)."""
-    return all(importlib.util.find_spec(p) is not None for p in ENGINE_PACKAGES)
-
-
-class Ocr:
-    """The daemon's OCR service: one engine, loaded on first use; one run at a time in its own
-    thread; at most MAX_QUEUED callers waiting; per-frame results shared by concurrent callers
-    and kept for the last CACHED_FRAMES frames."""
-
-    def __init__(self, threads: int = OCR_THREADS) -> None:
-        self.threads = threads
-        self.engine: RapidEngine | None = None
-        self.load_error: str | None = None
-        self.load_ms: int | None = None
-        self._load_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None  # made on first use: no idle thread
-        # Runs by (frame seq, crop); None is the whole frame.
-        self._runs: OrderedDict[tuple[int, Crop | None], asyncio.Future[Reading]] = OrderedDict()
-        self._waiting = 0
-
-    @property
-    def loaded(self) -> bool:
-        return self.engine is not None
-
-    def _load(self) -> RapidEngine:
-        with self._load_lock:
-            if self.engine is None:
-                if self.load_error is not None:
-                    raise ToolError("ocr_engine_failed", self.load_error)
-                started = time.monotonic()
-                try:
-                    self.engine = RapidEngine(self.threads)
-                except Exception as exc:  # a broken install is reported, not retried per call
-                    self.load_error = f"the OCR engine failed to load: {exc!r}"
-                    log.error("ocr.load_failed", error=repr(exc))
-                    raise ToolError("ocr_engine_failed", self.load_error) from None
-                self.load_ms = round((time.monotonic() - started) * 1000)
-                log.info("ocr.loaded", engine=self.engine.version, load_ms=self.load_ms)
-            return self.engine
-
-    def _run(self, frame: Frame, crop: Crop | None) -> Reading:
-        engine = self._load()
-        started = time.monotonic()
-        x0, y0, x1, y1 = crop or (0, 0, frame.width, frame.height)
-        try:
-            lines = engine.read(np.ascontiguousarray(frame.image[y0:y1, x0:x1]))
-        finally:
-            give_back_memory()
-        lines = [_shifted(ln, x0, y0) for ln in lines] if crop else lines
-        ms = round((time.monotonic() - started) * 1000)
-        log.info("ocr.read", seq=frame.seq, crop=crop, lines=len(lines), ms=ms)
-        return Reading(frame, tuple(lines), ms, crop)
-
-    def cached(self, seq: int, crop: Crop | None = None) -> Reading | None:
-        fut = self._runs.get((seq, crop))
-        if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
-            return None
-        return fut.result()
-
-    async def read(self, frame: Frame, crop: Crop | None = None) -> Reading:
-        """The OCR of `frame` (of its `crop` only, when given; a reading of the whole frame
-        serves any crop): from the cache, joined to a run in progress, or a new run."""
-        whole = self._runs.get((frame.seq, None))
-        fut = whole if whole is not None else self._runs.get((frame.seq, crop))
-        if fut is not None:
-            self._runs.move_to_end((frame.seq, None if fut is whole else crop))
-            return await asyncio.shield(fut)
-        if self._waiting >= MAX_QUEUED + 1:
-            raise ToolError(
-                "ocr_busy",
-                f"{self._waiting} OCR runs are already queued; retry shortly",
-                retryable=True,
-            )
-        loop = asyncio.get_running_loop()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ocr")
-        self._waiting += 1
-        fut = loop.run_in_executor(self._pool, self._run, frame, crop)
-        fut.add_done_callback(self._finished)
-        self._runs[(frame.seq, crop)] = fut
-        while len(self._runs) > CACHED_FRAMES:
-            self._runs.popitem(last=False)
-        try:
-            return await asyncio.shield(fut)
-        except ToolError:
-            self._runs.pop((frame.seq, crop), None)  # a failed run is not cached
-            raise
-
-    def _finished(self, fut: asyncio.Future[Reading]) -> None:
-        self._waiting -= 1
-        if not fut.cancelled() and fut.exception() is not None:
-            for key, f in list(self._runs.items()):
-                if f is fut:
-                    del self._runs[key]
-
-    async def close(self) -> None:
-        """Queued runs are dropped; a running one finishes in its thread (it cannot be cut)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)

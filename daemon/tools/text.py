@@ -1,7 +1,8 @@
 """Text tools over on-device OCR: screen_text, find_text (read) and tap_text (a HID tool).
 
-The OCR service (daemon.screen.ocr, rt.ocr) loads its engine on the first read, so a daemon
-that never reads text never loads it. A snapshot id from an earlier screen_text lets
+The OCR service (daemon.screen.ocr, rt.ocr) runs the engine in a worker process started on the
+first read, so a daemon that never reads text never loads it, and one that read a while ago
+holds none of it. A snapshot id from an earlier screen_text lets
 find_text/tap_text reuse that OCR while the screen still shows the same thing, and refuses
 with stale_snapshot once it does not.
 """
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import cv2
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
 from daemon.engine import HidInvocation
@@ -170,6 +169,8 @@ def same_screen(a: Frame, b: Frame) -> bool:
         return True
     if a.image.shape != b.image.shape:
         return False
+    import cv2  # there are frames, so capture has imported it already
+
     # The usual answer, ~5x cheaper: no channel of any pixel moved past the delta, so no grey
     # level did either (grey is a weighted mean of the channels).
     if cv2.norm(a.image, b.image, cv2.NORM_INF) <= PIXEL_DELTA:
@@ -181,6 +182,17 @@ def same_screen(a: Frame, b: Frame) -> bool:
 
 def ocr_availability(rt: Runtime) -> Availability:
     service = rt.ocr
+    if not service.enabled:
+        return Availability(
+            False,
+            "ocr_disabled",
+            "on-device OCR is off on this board ([ocr] enabled)",
+            required_state='[ocr] enabled = true (or "auto" on a board with >= 512 MB of RAM) '
+            "and the OCR packages installed",
+            remediation="set [ocr] enabled = true in /etc/fingertip/fingertip.toml, then make "
+            "deploy (it installs the OCR packages) or restart the daemon",
+            retryable=False,
+        )
     if service.load_error is not None:
         return Availability(
             False,
@@ -196,7 +208,8 @@ def ocr_availability(rt: Runtime) -> Availability:
             "ocr_engine_missing",
             "the OCR engine packages (rapidocr, onnxruntime) are not installed",
             required_state="rapidocr and onnxruntime installed beside the daemon",
-            remediation="install the daemon with its dependencies (make deploy, or make setup)",
+            remediation="make deploy with [ocr] enabled (it installs them), or on this machine "
+            "make setup",
             retryable=False,
         )
     return capture_availability(rt)
@@ -304,20 +317,15 @@ class TextTools:
         return {**result, "match": match, "snapshot_id": snapshot_id(reading)}
 
 
-# The text tools' limit: a first call loads the engine and then reads. The slowest board we
-# run, the emulated one (TCG), loaded it in 52-61 s (its journal's ocr.loaded) and runs the
-# models 300-700x slower than this machine (a 154x50 corner: 64 s in qemu-user); a real
-# board's first call is seconds. An OCR run cannot be cut, so the limit only bounds the wait.
-TEXT_LIMIT_S = 600.0
-
-
 def tools(rt: Runtime) -> list[ToolSpec]:
     t = TextTools(rt)
 
     def available() -> Availability:
         return ocr_availability(rt)
 
-    limit = TEXT_LIMIT_S
+    # Each read (the worker's start included) is cut at [ocr].read_timeout_s; a call may wait
+    # behind MAX_QUEUED others first.
+    limit = rt.config.ocr.read_timeout_s * (ocr_mod.MAX_QUEUED + 1)
     tree_note = (
         " Text is read from the screen by on-device OCR (the first call loads the engine, "
         "about a second; a full frame takes up to about a second more)."

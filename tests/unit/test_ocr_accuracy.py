@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.screen.ocr import RapidEngine, engine_installed
+from daemon.screen.ocr import engine_installed
+from daemon.screen.ocr_engine import RapidEngine
 from tests.ocr_screens import Screen, score, sim_screens, varied_screens
 
 pytestmark = pytest.mark.skipif(not engine_installed(), reason="OCR engine not installed")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from daemon.screen.ocr import ink
+from daemon.screen.ocr_engine import ink
 
 
 def frame() -> np.ndarray:

@@ -1,37 +1,65 @@
-"""The OCR service with the real engine: lazy load, one shared run per frame, the bounded queue,
-and matching over a real reading."""
+"""The OCR service with the real engine in its real worker process: nothing loaded until the
+first read, one shared run per frame, the bounded queue, matching over a real reading, and a
+worker that is killed, hangs or retires costing only the read it was doing."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from daemon.config import OcrConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.screen import ocr as ocr_mod
-from daemon.screen.ocr import Ocr
+from daemon.screen.ocr import Ocr, decide_enabled, memory_mb
 from daemon.screen.visual_tree import Region, Tree, find, snapshot_id, snapshot_key
 from tests.ocr_screens import centered_in, sim_screens
 
-pytestmark = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
+needs_engine = pytest.mark.skipif(not ocr_mod.engine_installed(), reason="OCR engine missing")
 
 
 def frame(image: np.ndarray, seq: int) -> Frame:
     return Frame(image, seq, time.monotonic(), time.time())
 
 
-def test_making_the_service_loads_nothing() -> None:
+def alive(pid: int) -> bool:
+    """Whether pid runs (a zombie, reaped by nobody yet, counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def until(condition: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def test_auto_turns_ocr_on_where_the_board_has_512_mb() -> None:
+    assert memory_mb("MemTotal:        1993476 kB\nMemFree: 1 kB\n") == 1946
+    assert memory_mb("nothing") == 0
+    assert decide_enabled("auto", 440) and not decide_enabled("auto", 215)
+    assert decide_enabled(True, 100) and not decide_enabled(False, 8000)
+
+
+@needs_engine
+def test_making_the_service_loads_nothing_and_starts_no_process() -> None:
     service = Ocr()
-    assert not service.loaded and service._pool is None
+    assert not service.loaded and service.worker_pid is None
     assert ocr_mod.engine_installed()  # found without importing it
-    if "rapidocr" not in sys.modules:  # another test may have loaded it in this process
-        assert "onnxruntime" not in sys.modules
+    assert "rapidocr" not in sys.modules and "onnxruntime" not in sys.modules
 
 
+@needs_engine
 async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> None:
     service = Ocr()
     notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
@@ -39,6 +67,9 @@ async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> 
     a, b = await asyncio.gather(service.read(f), service.read(f))
     assert a is b and service.cached(7) is a
     assert any(line.text == "Notes row 3" for line in a.lines)
+    # The engine ran in the worker, never here.
+    assert "rapidocr" not in sys.modules and "onnxruntime" not in sys.modules
+    assert service.loaded and service.counts["worker_starts"] == 1
     # distinct tiny frames: one runs, MAX_QUEUED wait, the next is refused at once
     blank = np.full((64, 64, 3), 255, np.uint8)
     tasks = [asyncio.ensure_future(service.read(frame(blank, 100 + i))) for i in range(6)]
@@ -48,6 +79,7 @@ async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> 
     await service.close()
 
 
+@needs_engine
 async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> None:
     service = Ocr()
     notes = next(s for s in sim_screens() if s.name == "ios Notes with text")
@@ -67,6 +99,7 @@ async def test_find_ranks_whole_lines_first_and_boxes_the_matched_words() -> Non
     await service.close()
 
 
+@needs_engine
 async def test_a_region_reads_only_its_pixels_in_frame_coordinates() -> None:
     service = Ocr()
     home = next(s for s in sim_screens() if s.name == "ios home")
@@ -101,4 +134,84 @@ async def test_a_region_reads_only_its_pixels_in_frame_coordinates() -> None:
             )
     # once the whole frame is read, it answers any region of that frame
     assert await service.read(f, (0, 0, 10, 10)) is whole
+    await service.close()
+
+
+@needs_engine
+async def test_a_worker_killed_mid_read_costs_that_read_only() -> None:
+    service = Ocr()
+    home = next(s for s in sim_screens() if s.name == "ios home")
+    await service.read(frame(home.image, 1), (0, 0, 200, 200))  # the worker is up
+    pid = service.worker_pid
+    assert pid is not None
+    read = asyncio.ensure_future(service.read(frame(home.image, 2)))
+    await until(service._lock.locked)  # the frame is on its way to the worker (or being read)
+    os.kill(pid, signal.SIGKILL)  # what the kernel's OOM killer does
+    with pytest.raises(ToolError) as failed:
+        await read
+    assert failed.value.code == "ocr_unavailable" and failed.value.retryable
+    assert "SIGKILL" in failed.value.details["worker"]
+    assert service.cached(2) is None and not alive(pid)
+    assert service.status()["worker_failures"] == 1 and service.load_error is None
+    # The next read starts a new worker and reads.
+    again = await service.read(frame(home.image, 3))
+    assert any(w.text == "Notes" for ln in again.lines for w in ln.words)
+    assert service.worker_pid not in (None, pid)
+    await service.close()
+
+
+@needs_engine
+async def test_a_hung_worker_is_killed_at_the_read_timeout() -> None:
+    service = Ocr()
+    blank = np.full((64, 64, 3), 255, np.uint8)
+    await service.read(frame(blank, 1))  # started (its engine load is not what is timed here)
+    service.config = OcrConfig(read_timeout_s=3.0)
+    pid = service.worker_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # starved: it takes the frame's first bytes, never answers
+    try:
+        started = time.monotonic()
+        with pytest.raises(ToolError) as failed:
+            await service.read(frame(blank, 2))
+        assert failed.value.code == "ocr_unavailable"
+        assert time.monotonic() - started < 30
+        assert not alive(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    await service.read(frame(blank, 3))  # a new worker
+    await service.close()
+
+
+@needs_engine
+async def test_an_idle_worker_exits_and_the_next_read_starts_another() -> None:
+    service = Ocr(OcrConfig(idle_exit_s=1.0))
+    blank = np.full((64, 64, 3), 255, np.uint8)
+    await service.read(frame(blank, 1))
+    pid = service.worker_pid
+    assert pid is not None
+    await until(lambda: not service.loaded and not alive(pid))
+    assert service.status()["worker"] == "stopped" and service.counts["worker_failures"] == 0
+    await service.read(frame(blank, 2))
+    assert service.worker_pid not in (None, pid)
+    await service.close()
+    assert not service.loaded
+
+
+async def test_an_engine_that_cannot_load_is_reported_once_not_retried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The worker runs with a `rapidocr` that raises at import: a broken install.
+    (tmp_path / "rapidocr").mkdir()
+    (tmp_path / "rapidocr" / "__init__.py").write_text("raise ImportError('broken install')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    service = Ocr()
+    blank = np.full((64, 64, 3), 255, np.uint8)
+    with pytest.raises(ToolError) as first:
+        await service.read(frame(blank, 1))
+    assert first.value.code == "ocr_engine_failed" and "broken install" in first.value.message
+    with pytest.raises(ToolError) as second:
+        await service.read(frame(blank, 2))
+    assert second.value.code == "ocr_engine_failed"
+    assert service.counts["worker_starts"] == 1 and not service.loaded
     await service.close()

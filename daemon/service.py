@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon import VERSION, metrics, systemd, toollab, wire
+from daemon import VERSION, memory, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
 from daemon.catalog import Catalog, Guard
@@ -251,6 +251,7 @@ async def serve(config: Config) -> None:
 
 def run(config: Config) -> int:
     """Serve until SIGTERM; the exit status (fingertipd's command line is daemon.__main__)."""
+    memory.map_large_blocks()  # before the first frame: see daemon.memory
     configure_logging(config.log.level, config.log.format)
     try:
         asyncio.run(serve(config))

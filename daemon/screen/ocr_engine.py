@@ -10,11 +10,10 @@ light on dark) far better than Tesseract's page-layout model. Figures: tests/ben
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +87,7 @@ class RapidEngine:
             # The detector runs on the frame's ink (see ink()); recognition reads the frame
             # itself. RapidOCR 3.x's pipeline calls text_det(img) and crops `img`, so a wrapper
             # there is enough (pyproject keeps rapidocr < 4; deploy ships the version tested).
-            ocr.text_det = InkDetector(ocr._load_det_model())
+            ocr.text_det = InkDetector(ocr._load_det_model(), det_long_side)
         self._ocr = ocr
         self.version = f"rapidocr {importlib.metadata.version('rapidocr')}, PP-OCRv6 small"
 
@@ -133,14 +132,117 @@ def ink(image: Image) -> Image:
     return np.asarray(out, np.uint8)
 
 
-class InkDetector:
-    """RapidOCR's text detector, run on ink(img): the boxes are in img's pixels (same size)."""
+@dataclass(frozen=True)
+class Band:
+    """Rows of the frame detected in one run; a box found there is kept when its center row is
+    in [keep_top, keep_bottom), so each text line is kept by exactly one band."""
 
-    def __init__(self, detector: Any) -> None:
+    top: int
+    bottom: int
+    keep_top: int
+    keep_bottom: int
+
+
+def plan_bands(
+    blank: Sequence[bool], rows: int, margin: int, overlap: int, step: int
+) -> list[Band]:
+    """Horizontal bands of at most `rows` rows covering an image whose rows are `blank` (no
+    ink) or not, cut only at multiples of `step` (the network's stride: a band is then the very
+    pixels, on the very grid, that the whole image's run sees). A band ends at a row with
+    `margin` blank rows on either side where one lies in its lower half: no text crosses such
+    a cut, so the bands need not overlap. Where none does (a photo, a wall of text), the next
+    band starts `overlap` rows before the end of this one and the boxes are shared out at the
+    middle of the overlap, which must be taller than any line of text. Pure."""
+    height = len(blank)
+    rows = max(step, rows // step * step)
+    overlap = min(-(-overlap // step) * step, rows // 2 // step * step)
+    bands: list[Band] = []
+    top = keep_top = 0
+    while height - top > rows:
+        end = top + rows
+        cut = next(
+            (
+                c
+                for c in range(end, top + rows // 2, -step)
+                if c + margin <= height and all(blank[c - margin : c + margin])
+            ),
+            None,
+        )
+        if cut is not None:
+            bands.append(Band(top, cut, keep_top, cut))
+            top = keep_top = cut
+        else:
+            keep = end - overlap // 2
+            bands.append(Band(top, end, keep_top, keep))
+            top, keep_top = end - overlap, keep
+    bands.append(Band(top, height, keep_top, height))
+    return bands
+
+
+# Detection's working memory goes with the area of its input (the DB-net's activations: about
+# 165 MB over a 608x1088 input, a whole 1080x1920 frame, on one thread). Where the whole frame's
+# input would be larger, that input is detected in horizontal bands of at most this many
+# pixels: the same pixels the whole frame's run would see, so the boxes stay the same. Measured
+# in bench_memory.py (the worker's peak) and bench_ocr.py (time): 3 bands for a phone frame.
+DET_MAX_PIXELS = 608 * 384
+BLANK_LEVEL = 192  # a row of the ink image with no pixel darker than this holds no text
+# Rows of the detection input. A cut needs this many blank rows on either side: the detector's
+# boxes reach ~8 rows past a line's ink, and a cut must not clip them.
+BAND_MARGIN = 10
+BAND_OVERLAP = 96  # taller than any UI text line (iOS large titles: ~60 rows)
+STRIDE = 32  # the detection network takes inputs whose sides are multiples of this
+
+
+def det_size(height: int, width: int, long_side: int) -> tuple[int, int]:
+    """The detection input's size for a frame: RapidOCR's resize ("max" limit, sides rounded
+    to the stride), done here once for the whole frame so that bands are slices of it."""
+    ratio = long_side / max(height, width) if max(height, width) > long_side else 1.0
+    return (
+        max(STRIDE, round(int(height * ratio) / STRIDE) * STRIDE),
+        max(STRIDE, round(int(width * ratio) / STRIDE) * STRIDE),
+    )
+
+
+class InkDetector:
+    """RapidOCR's text detector, run on ink(img), in bands when the whole frame's detection
+    input would hold more than DET_MAX_PIXELS: the boxes are in img's pixels (same size)."""
+
+    def __init__(self, detector: Any, det_long_side: int, max_pixels: int = DET_MAX_PIXELS) -> None:
         self.detector = detector
+        self.long_side = det_long_side
+        self.max_pixels = max_pixels
 
     def __call__(self, img: Image) -> Any:
-        return self.detector(ink(img))
+        inked = ink(img)
+        height, width = inked.shape[:2]
+        det_h, det_w = det_size(height, width, self.long_side)
+        if det_h * det_w <= self.max_pixels:
+            self.detector.limit_side_len = self.long_side
+            return self.detector(inked)
+        small = cv2.resize(inked, (det_w, det_h))
+        blank = (small[:, :, 0].min(axis=1) >= BLANK_LEVEL).tolist()
+        rows = max(STRIDE, self.max_pixels // det_w)
+        sx, sy = width / det_w, height / det_h
+        boxes, scores, found = [], [], None
+        for band in plan_bands(blank, rows, BAND_MARGIN, BAND_OVERLAP, STRIDE):
+            part = small[band.top : band.bottom]
+            pad = -part.shape[0] % STRIDE  # white rows: blank page to the detector
+            if pad:
+                part = cv2.copyMakeBorder(part, 0, pad, 0, 0, cv2.BORDER_CONSTANT, value=255)
+            self.detector.limit_side_len = max(part.shape[:2])  # no resize: it is the input
+            found = self.detector(part)
+            if found.boxes is None:
+                continue
+            for box, score in zip(found.boxes, found.scores, strict=True):
+                center = float(box[:, 1].mean()) + band.top
+                if band.keep_top <= center < band.keep_bottom:
+                    frame_box = (box + np.array([0, band.top])) * np.array([sx, sy])
+                    boxes.append(frame_box.astype(box.dtype))
+                    scores.append(score)
+        self.detector.limit_side_len = self.long_side
+        if found is None or not boxes:
+            return type(found)() if found is not None else self.detector(inked[:0])
+        return type(found)(inked, self.detector.sorted_boxes(np.array(boxes)), scores)
 
 
 def _line(points: Any, text: str, score: float, word_results: Any) -> Line:
@@ -170,20 +272,3 @@ def _spread(text: str, score: float, box: tuple[int, int, int, int]) -> list[Wor
         b = x0 + (x1 - x0) * pos // n
         out.append(Word(part, score, (a, y0, b, y1)))
     return out
-
-
-@functools.cache
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-
-
-def give_back_memory() -> None:
-    """Return the read's freed working memory to the system. Why: glibc keeps what onnxruntime
-    freed in the OCR thread's arena, ~250 MB after a 1080x1920 read (RSS 466 -> 214 MB in
-    bench_ocr's process); the board's other work needs it more. A no-op without glibc."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)

@@ -114,9 +114,11 @@ def serve(threads: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
     try:
         import numpy as np
 
+        from daemon.memory import give_back_memory, map_large_blocks
         from daemon.screen.ocr import line_item
-        from daemon.screen.ocr_engine import RapidEngine, give_back_memory
+        from daemon.screen.ocr_engine import RapidEngine
 
+        map_large_blocks()
         engine = RapidEngine(threads)
     except Exception as exc:  # a missing package or model: reported once, not retried
         send(stdout, {"fatal": repr(exc)})

@@ -68,8 +68,9 @@ def health_tool(rt: Runtime) -> ToolSpec:
         description="Report that the daemon is up: version, uptime, target type, backend, live "
         "USB profile, run state, whether screen capture is available, and the keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
-        "its last LED report set them (null before its first), and the live stream's viewers, "
-        "delivered fps and dropped frames. Takes no arguments.",
+        "its last LED report set them (null before its first), the live stream's viewers, "
+        "delivered fps and dropped frames, and on-device OCR (on or off, its worker process "
+        "running or stopped, its last failure). Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -89,6 +90,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "hid": {"type": "object"},
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
+                "ocr": {"type": "object"},
             },
             required=["ok", "version"],
         ),

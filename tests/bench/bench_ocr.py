@@ -38,14 +38,10 @@ import cv2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from daemon.frames import Frame
+from daemon.memory import give_back_memory
 from daemon.screen import ocr_engine as ocr_mod
 from daemon.screen.ocr import Reading
-from daemon.screen.ocr_engine import (
-    DET_LONG_SIDE,
-    REC_MIN_WIDTH,
-    RapidEngine,
-    give_back_memory,
-)
+from daemon.screen.ocr_engine import DET_LONG_SIDE, REC_MIN_WIDTH, RapidEngine
 from daemon.screen.visual_tree import Tree, find
 from daemon.tools.text import same_screen
 from tests.ocr_screens import score, sim_screens, varied_screens

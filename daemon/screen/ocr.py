@@ -273,6 +273,8 @@ class Ocr:
             "worker": "running" if self._worker is not None else "stopped",
             **self.counts,
         }
+        if self._worker is not None:
+            out["worker_pid"] = self._worker.pid
         if self.version:
             out["engine"] = self.version
         if self.load_ms is not None:

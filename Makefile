@@ -22,7 +22,7 @@ xkb-setup:
 # Re-install whenever pyproject.toml changes; the stamp keeps a second `make` quick.
 $(STAMP): pyproject.toml | xkb-setup
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,ocr]'
 	touch $@
 
 # The daemon on this machine with the simulated target, on 127.0.0.1:8080.

@@ -1,10 +1,11 @@
-"""The C allocator, set for a small board: used by the daemon and by its OCR worker.
+"""The board's memory: what it has (and so whether OCR runs), and the C allocator set for a
+small board, for the daemon and its OCR worker. Stdlib only: `make deploy` reads it too.
 
 Python's objects live in its own small-object arenas; everything big (frames, JPEG buffers,
 the OCR engine's activations) goes to glibc's malloc. Left to its defaults, glibc serves a
 large block from a heap after the first large one was freed (its mmap threshold rises to the
 size of what was freed, up to 32 MB), and a heap that blocks of many sizes pass through, from
-several threads, fragments: memory that is free but never given back. Stdlib only.
+several threads, fragments: memory that is free but never given back.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from pathlib import Path
 from typing import Any
 
+# OCR's `enabled = "auto"` turns it on where the board has at least this much RAM: a 512 MB
+# board shows ~430-480 MB in MemTotal (the firmware and kernel keep the rest), a 256 MB one
+# ~200 MB. The daemon decides with it at start, and `make deploy` to install OCR's packages.
+AUTO_MIN_MEMORY_MB = 400
 M_MMAP_THRESHOLD = -3  # mallopt()'s parameter number (malloc.h)
 MMAP_THRESHOLD = 1 << 20
 
@@ -45,3 +51,25 @@ def give_back_memory() -> None:
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def memory_mb(meminfo: str) -> int:
+    """MemTotal of /proc/meminfo's text, in MB (0 when absent)."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def ocr_enabled(setting: bool | str, total_mb: int) -> bool:
+    """Whether OCR is on: as set, or with "auto" where the board has the memory for it."""
+    if setting == "auto":
+        return total_mb >= AUTO_MIN_MEMORY_MB
+    return bool(setting)
+
+
+def board_memory_mb() -> int:
+    try:
+        return memory_mb(Path("/proc/meminfo").read_text())
+    except OSError:
+        return 0

@@ -41,7 +41,14 @@ probe() {
 print("platform=" + sysconfig.get_platform())
 print("python=" + platform.python_version())
 print("libc=" + " ".join(platform.libc_ver()))'
+        # Whether OCR is on decides whether its packages are sent (an unreadable config: unset).
+        [ -r $CONFIG ] && python3 -c 'import sys, tomllib
+value = tomllib.load(open(sys.argv[1], "rb")).get("ocr", {}).get("enabled")
+if value is not None:
+    print("ocr=" + (str(value).lower() if isinstance(value, bool) else str(value)))' $CONFIG \
+            2>/dev/null || true
     fi
+    echo "memtotal_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
     [ -e $BASE/current ] && echo "current=$(basename "$(readlink -f $BASE/current)")"
     if [ -d $BASE/wheels ]; then
         for w in $BASE/wheels/*.whl; do [ -e "$w" ] && echo "wheel=$(basename "$w")"; done

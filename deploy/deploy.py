@@ -12,7 +12,8 @@ the ssh connection, to the daemon's loopback port) and one line with the version
 address. Every step prints one line; the first failure stops with a clear message, and the
 previous version stays running.
 
-Only the standard library: it runs with the clone's venv but needs nothing from it but pip.
+Only the standard library (and daemon.memory, stdlib too: whether the board's RAM runs OCR):
+it runs with the clone's venv but needs nothing from it but pip.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))  # daemon.memory, when run as a script from any folder
+from daemon.memory import ocr_enabled  # noqa: E402
+
 BUILD = PROJECT / "build" / "deploy"
 BOARD_SCRIPT = PROJECT / "deploy" / "board.sh"
 # Files of the clone every release carries in its share/ folder under their own names
@@ -76,6 +82,8 @@ class BoardFacts:
     current: str | None  # release running now
     wheels: frozenset[str] = field(default_factory=frozenset)  # already on the board
     deps: frozenset[str] = field(default_factory=frozenset)  # deps/<id> complete on the board
+    memory_mb: int = 0  # MemTotal
+    ocr: str = ""  # [ocr] enabled in the board's config ("auto", "true", "false"), "" = unset
 
 
 def parse_probe(text: str) -> BoardFacts:
@@ -119,7 +127,24 @@ def parse_probe(text: str) -> BoardFacts:
         current=values.get("current") or None,
         wheels=frozenset(wheels),
         deps=frozenset(deps),
+        memory_mb=int(values.get("memtotal_kb", "0") or 0) // 1024,
+        ocr=values.get("ocr", ""),
     )
+
+
+def ocr_wanted(board_setting: str, template: Mapping[str, Any], memory_mb: int) -> tuple[bool, str]:
+    """Whether the board runs OCR, so gets its packages, and why: its config's [ocr] enabled,
+    else the template's (installed where the board has none), decided as the daemon decides."""
+    setting: bool | str
+    if board_setting in ("true", "false"):
+        setting, where = board_setting == "true", "the board's config"
+    elif board_setting:
+        setting, where = board_setting, "the board's config"
+    else:
+        setting, where = template.get("ocr", {}).get("enabled", "auto"), "the default config"
+    on = ocr_enabled(setting, memory_mb)
+    value = json.dumps(setting)
+    return on, f"[ocr] enabled = {value} in {where}, the board has {memory_mb} MB"
 
 
 # PEP 600 tags started at glibc 2.5 on x86 and 2.17 elsewhere; legacy names for old wheels.
@@ -386,15 +411,21 @@ def wheel_requirements(path: Path) -> str:
     return "\n".join(ln for ln in text.splitlines() if ln.startswith("Requires-Dist:"))
 
 
-def wheelhouse_key(pins: str, target: Sequence[str], requires: str) -> str:
-    """What a wheelhouse is made of: the same pins, board platform and requirements make the
-    same wheels, so the next deploy (this board again, or the next board of a rack) reuses
-    them instead of asking the package index for every one again."""
-    return hashlib.sha256("\0".join([pins, *target, requires]).encode()).hexdigest()
+def wheelhouse_key(
+    pins: str, target: Sequence[str], requires: str, extras: Sequence[str] = ()
+) -> str:
+    """What a wheelhouse is made of: the same pins, board platform, requirements and extras
+    make the same wheels, so the next deploy (this board again, or the next board of a rack)
+    reuses them instead of asking the package index for every one again."""
+    parts = [pins, *target, requires, *sorted(extras)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
-    """Binary wheels of everything the board runs (and pip, which installs them there)."""
+def build_wheelhouse(
+    wheel: Path, facts: BoardFacts, out: Path, extras: Sequence[str] = ()
+) -> list[Path]:
+    """Binary wheels of everything the board runs (and pip, which installs them there), with
+    the fingertip wheel's `extras` (["ocr"]: the OCR engine)."""
     freeze = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
         capture_output=True,
@@ -405,14 +436,15 @@ def build_wheelhouse(wheel: Path, facts: BoardFacts, out: Path) -> list[Path]:
     pins.parent.mkdir(parents=True, exist_ok=True)
     pins.write_text(constraints(freeze))
     target = pip_download_args(facts)
-    key = wheelhouse_key(pins.read_text(), target, wheel_requirements(wheel))
+    key = wheelhouse_key(pins.read_text(), target, wheel_requirements(wheel), extras)
+    wanted = f"{wheel}[{','.join(sorted(extras))}]" if extras else str(wheel)
     stamp = out / ".made-of"  # the key, then the wheels it gave: all must still be there
     made = stamp.read_text().split("\n") if stamp.is_file() else []
     if not (made[:1] == [key] and all((out / name).is_file() for name in made[1:])):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         _pip(
-            "download", "--dest", str(out), "--constraint", str(pins), *target, str(wheel),
+            "download", "--dest", str(out), "--constraint", str(pins), *target, wanted,
             "pip",
             what=f"the wheelhouse for {facts.arch} / CPython "
             f"{'.'.join(map(str, facts.python))} ({wheelhouse_hint(facts.arch)})",
@@ -568,8 +600,11 @@ def deploy(args: argparse.Namespace) -> int:
         step(3, "building the fingertip wheel")
         wheel = build_wheel(BUILD / "dist")
         version = wheel_version(wheel)
-        step(4, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}")
-        wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse")
+        template = tomllib.loads((PROJECT / "etc" / "fingertip.toml").read_text())
+        ocr, why = ocr_wanted(facts.ocr, template, facts.memory_mb)
+        with_ocr = "with the OCR engine" if ocr else "without the OCR engine (~160 MB)"
+        step(4, f"wheelhouse for {facts.arch} / CPython {py} / glibc {glibc}, {with_ocr}: {why}")
+        wheels = build_wheelhouse(wheel, facts, BUILD / "wheelhouse", ("ocr",) if ocr else ())
         digests = {f"wheels/{w.name}": _sha256(w) for w in wheels}
         digests["dist/fingertip"] = wheel_content_digest(wheel)
         share = {f"share/{Path(rel).name}": PROJECT / rel for rel in SHARE}

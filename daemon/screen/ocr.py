@@ -26,7 +26,6 @@ import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -34,6 +33,7 @@ import structlog
 from daemon.config import OcrConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame
+from daemon.memory import board_memory_mb, ocr_enabled
 from daemon.screen import ocr_worker as wire
 
 log = structlog.get_logger("daemon.screen.ocr")
@@ -41,9 +41,6 @@ log = structlog.get_logger("daemon.screen.ocr")
 ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
 CACHED_FRAMES = 8  # readings kept, newest first: a snapshot id stays usable for this many
-# `enabled = "auto"` turns OCR on where the board has at least this much RAM: a 512 MB board
-# shows ~430-480 MB in MemTotal (the firmware and kernel keep the rest), a 256 MB one ~200 MB.
-AUTO_MIN_MEMORY_MB = 400
 RETIRE_GRACE_S = 5.0  # a worker told to exit gets this long before it is killed
 
 
@@ -113,28 +110,6 @@ def line_from(item: Any) -> Line:
 def engine_installed() -> bool:
     """Whether the engine's packages are installed, without importing them (no memory)."""
     return all(importlib.util.find_spec(p) is not None for p in ENGINE_PACKAGES)
-
-
-def memory_mb(meminfo: str) -> int:
-    """MemTotal of /proc/meminfo's text, in MB (0 when absent)."""
-    for line in meminfo.splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) // 1024
-    return 0
-
-
-def decide_enabled(setting: bool | str, total_mb: int) -> bool:
-    """Whether OCR is on: as set, or with "auto" where the board has the memory for it."""
-    if setting == "auto":
-        return total_mb >= AUTO_MIN_MEMORY_MB
-    return bool(setting)
-
-
-def board_memory_mb() -> int:
-    try:
-        return memory_mb(Path("/proc/meminfo").read_text())
-    except OSError:
-        return 0
 
 
 class Worker:
@@ -242,7 +217,7 @@ class Ocr:
     def __init__(self, config: OcrConfig | None = None, *, enabled: bool | None = None) -> None:
         self.config = config or OcrConfig()
         self.enabled = (
-            decide_enabled(self.config.enabled, board_memory_mb()) if enabled is None else enabled
+            ocr_enabled(self.config.enabled, board_memory_mb()) if enabled is None else enabled
         )
         self.load_error: str | None = None
         self.load_ms: int | None = None

@@ -159,20 +159,20 @@ def test_result_line_and_summary() -> None:
         deploy.parse_result("board: FAILED\n")
 
 
-def _runtime_closure() -> set[str]:
-    """Distributions `pip install fingertip` brings (no extras), as the board gets them."""
-    env = {"extra": ""}
-    todo, seen = ["fingertip"], set()
+def _runtime_closure(extra: str = "") -> set[str]:
+    """Distributions `pip install fingertip[extra]` brings, as the board gets them."""
+    todo, seen = [("fingertip", extra)], set()
     while todo:
-        name = canonicalize_name(todo.pop())
-        if name in seen:
+        name, wanted = todo.pop()
+        name = canonicalize_name(name)
+        if (name, wanted) in seen:
             continue
-        seen.add(name)
+        seen.add((name, wanted))
         for line in md.requires(name) or []:
             req = Requirement(line)
-            if req.marker is None or req.marker.evaluate(env):
-                todo.append(req.name)
-    return seen
+            if req.marker is None or req.marker.evaluate({"extra": wanted}):
+                todo.append((req.name, ""))
+    return {name for name, _ in seen}
 
 
 def _imports(path: Path) -> set[str]:
@@ -196,21 +196,42 @@ def _imports(path: Path) -> set[str]:
 # Modules the board daemon never imports: the layout data generator (development only) and the
 # simulated target's XKB reader (`make run` and the tests). Their imports come with `.[test]`.
 DEV_ONLY = {"gadget/xkbgen.py": {"evdev", "xkbcommon"}, "daemon/sim/xkbtext.py": {"xkbcommon"}}
+# The OCR engine, imported by the OCR worker process alone: its packages come with `.[ocr]`,
+# which `make deploy` installs where OCR is on.
+OCR_ONLY = {"daemon/screen/ocr_engine.py"}
 
 
 def test_everything_the_code_imports_ships_to_the_board() -> None:
-    closure = _runtime_closure()
+    closure, with_ocr = _runtime_closure(), _runtime_closure("ocr")
+    assert {"onnxruntime", "rapidocr"} <= with_ocr - closure  # an extra, not the base
     owners = md.packages_distributions()
     missing = {}
     for package in ("gadget", "daemon"):
         for path in sorted((PROJECT / package).rglob("*.py")):
-            dev_only = DEV_ONLY.get(str(path.relative_to(PROJECT)), set())
+            where = str(path.relative_to(PROJECT))
+            dev_only = DEV_ONLY.get(where, set())
             imported = _imports(path) - set(sys.stdlib_module_names) - {"gadget", "daemon"}
             for module in imported - dev_only:
                 dists = {canonicalize_name(d) for d in owners.get(module, [module])}
-                if not dists & closure:
-                    missing[f"{path.relative_to(PROJECT)}: {module}"] = sorted(dists)
+                if not dists & (with_ocr if where in OCR_ONLY else closure):
+                    missing[f"{where}: {module}"] = sorted(dists)
     assert missing == {}, "imported but not a runtime dependency in pyproject.toml"
+
+
+def test_whether_a_board_gets_ocr_follows_its_config_and_its_memory() -> None:
+    template = {"ocr": {"enabled": "auto"}}
+    assert deploy.ocr_wanted("", template, 460)[0] is True  # a Pi Zero 2 W (512 MB)
+    on, why = deploy.ocr_wanted("", template, 215)  # a 256 MB board
+    assert on is False and "default config" in why and "215 MB" in why
+    assert deploy.ocr_wanted("true", template, 215)[0] is True
+    assert deploy.ocr_wanted("false", template, 4000) == (
+        False,
+        "[ocr] enabled = false in the board's config, the board has 4000 MB",
+    )
+    assert deploy.ocr_wanted("auto", {}, 400)[0] is True
+    facts = deploy.parse_probe(PROBE + "memtotal_kb=482012\nocr=auto\n")
+    assert (facts.memory_mb, facts.ocr) == (470, "auto")
+    assert (deploy.parse_probe(PROBE).memory_mb, deploy.parse_probe(PROBE).ocr) == (0, "")
 
 
 def test_the_board_daemon_loads_without_the_dev_only_packages() -> None:
@@ -268,6 +289,10 @@ def test_a_wheelhouse_made_of_the_same_things_is_reused(
     assert key != deploy.wheelhouse_key("a==2\n", ["--platform", "x"], "")
     assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "y"], "")
     assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "Requires-Dist: b")
+    assert key != deploy.wheelhouse_key("a==1\n", ["--platform", "x"], "", ["ocr"])
+    # With the OCR engine: the wheel is asked for with its extra.
+    deploy.build_wheelhouse(wheel, facts, out, ["ocr"])
+    assert f"{wheel}[ocr]" in downloads[-1] and str(wheel) not in downloads[-1]
 
 
 def test_the_wheel_holds_only_what_the_tree_holds(tmp_path: Path) -> None:

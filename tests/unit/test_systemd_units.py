@@ -112,3 +112,17 @@ def test_udev_helper_knows_the_hid_instances() -> None:
     assert 'GROUP="fingertip", MODE="0660"' in rules
     sysusers = (PROJECT / "systemd/fingertip.sysusers").read_text()
     assert re.search(r"^u fingertip ", sysusers, re.M)
+
+
+def test_the_daemon_unit_bounds_memory_and_outlives_an_ocr_worker_killed_for_it() -> None:
+    from daemon.screen.ocr_worker import OOM_SCORE_ADJ
+
+    unit = UNITS["fingertip.service"]
+    settings = dict(re.findall(r"^(Memory\w+|OOM\w+)=(\S+)$", unit, re.M))
+    mb = {k: int(v.removesuffix("M")) for k, v in settings.items() if k.startswith("Memory")}
+    # The budget's peak in all during an OCR read is 256 MB: the limits sit above it, in order.
+    assert 256 <= mb["MemoryHigh"] < mb["MemoryMax"] <= 512, settings
+    # Killed for memory, the worker goes alone: the unit is not stopped for it ...
+    assert settings["OOMPolicy"] == "continue"
+    # ... and the kernel picks the worker, never the daemon that holds the target's keyboard.
+    assert int(settings["OOMScoreAdjust"]) < 0 < OOM_SCORE_ADJ

@@ -118,7 +118,7 @@ def test_the_daemon_unit_bounds_memory_and_outlives_an_ocr_worker_killed_for_it(
     from daemon.screen.ocr_worker import OOM_SCORE_ADJ
 
     unit = UNITS["fingertip.service"]
-    settings = dict(re.findall(r"^(Memory\w+|OOM\w+)=(\S+)$", unit, re.M))
+    settings = dict(re.findall(r"^(MemoryHigh|MemoryMax|OOM\w+)=(\S+)$", unit, re.M))
     mb = {k: int(v.removesuffix("M")) for k, v in settings.items() if k.startswith("Memory")}
     # The budget's peak in all during an OCR read is 256 MB: the limits sit above it, in order.
     assert 256 <= mb["MemoryHigh"] < mb["MemoryMax"] <= 512, settings

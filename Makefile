@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
-.PHONY: systemd-setup board-setup board-test test-under-load deploy undeploy
+.PHONY: systemd-setup board-setup board-test board-test-small test-under-load deploy undeploy
 
 setup: $(STAMP)
 
@@ -68,6 +68,11 @@ board-setup: setup
 
 board-test: setup
 	$(BIN)/python tests/board/run.py
+
+# The board VM at 256 MB, a board without OCR ([ocr] enabled = "auto" turns it off there):
+# every check but OCR's. Not in `make test` (see tests/board/run.py).
+board-test-small: setup
+	BOARD_VM_MEMORY_MB=256 $(BIN)/python tests/board/run.py
 
 # Both VM tiers with one of the machine's cores kept busy for the whole run (a CPU hog pinned
 # to core 0), as on a shared CI runner or a laptop doing other work: they must pass so too.

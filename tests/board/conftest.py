@@ -191,7 +191,7 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
             f"slowness {vm.slowness:.2f} (every wait's limit is scaled by it)",
             flush=True,
         )
-        for name in ("phone-link.sh", "phone.py", "recorder.py", "kill-on.py"):
+        for name in ("phone-link.sh", "phone.py", "recorder.py", "kill-on.py", "memory.py"):
             vm.put(HERE / "guest" / name, f"/root/{name}", "0755")
         # The ECM function's debug lines (its notifications) in the journal, for when the
         # link fails; the modules load when the gadget first comes up, hence module options.

@@ -25,6 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import image  # the sibling module
 
+# The field's sizes (board-vm.md): 512 MB, a Pi Zero 2 W, with OCR and the unit's memory limits
+# in force; `make board-test-small` boots with 256 MB, a board without OCR.
+MEMORY_MB = int(os.environ.get("BOARD_VM_MEMORY_MB", "512"))
 BOOT_TIMEOUT_S = 300.0  # ~35 s seen; TCG on a busy shared machine can be several times slower
 IDLE_BOOT_S = 35.0  # boot to ssh on an idle machine: the yardstick of BoardVM.slowness
 
@@ -42,10 +45,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def qemu_command(img: image.Image, port: int, console: Path) -> list[str]:
+def qemu_command(img: image.Image, port: int, console: Path, memory_mb: int) -> list[str]:
     return [
         "qemu-system-x86_64",
-        "-accel", "tcg", "-cpu", image.kernel_tier.GUEST_CPU, "-m", "1024", "-smp", "1",
+        "-accel", "tcg", "-cpu", image.kernel_tier.GUEST_CPU, "-m", str(memory_mb), "-smp", "1",
         "-display", "none", "-no-reboot",
         "-serial", f"file:{console}",
         "-kernel", str(img.kernel), "-initrd", str(img.initrd),
@@ -70,6 +73,7 @@ class BoardVM:
         self.ssh_config.write_text(self._ssh_config_text())
         self.proc: subprocess.Popen[bytes] | None = None
         self.boot_s = 0.0
+        self.memory_mb = MEMORY_MB
 
     @property
     def slowness(self) -> float:
@@ -120,7 +124,7 @@ class BoardVM:
     def start(self) -> None:
         start = time.monotonic()
         self.proc = subprocess.Popen(
-            qemu_command(self.img, self.port, self.console),
+            qemu_command(self.img, self.port, self.console, self.memory_mb),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=(self.workdir / "qemu.stderr").open("wb"),

@@ -314,7 +314,9 @@ class Ocr:
                 worker.read(frame.image[y0:y1, x0:x1]), deadline - time.monotonic()
             )
         except TimeoutError:
-            await self._lost(f"no answer within {self.config.read_timeout_s:g} s: killed")
+            await self._lost(
+                f"no answer within {self.config.read_timeout_s:g} s: killed", hung=True
+            )
             raise self._unavailable("the OCR run did not finish in time") from None
         except (asyncio.IncompleteReadError, ConnectionError, wire.ProtocolError) as exc:
             await self._lost(repr(exc))
@@ -360,14 +362,21 @@ class Ocr:
             details={"worker": self.last_failure},
         )
 
-    async def _lost(self, why: str) -> None:
-        """The worker failed mid-read: kill what is left of it, say how it ended."""
+    async def _lost(self, why: str, *, hung: bool = False) -> None:
+        """The worker failed mid-read: kill what is left of it, say how it ended. One whose
+        pipes broke has ended (or is ending) by itself: it is waited for first, because
+        killing it polls it, and a poll that reaps it leaves asyncio's child watcher without
+        its exit status (reported as 255 instead of the signal that ended it)."""
         worker = self._worker
         self._worker = None
         if worker is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            worker.proc.kill()
+        if not hung:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker.proc.wait()), RETIRE_GRACE_S)
+        if worker.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                worker.proc.kill()
         await worker.proc.wait()
         self.counts["worker_failures"] += 1
         self.last_failure = f"{worker.exit_text()} ({why})"

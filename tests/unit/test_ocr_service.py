@@ -5,8 +5,10 @@ worker that is killed, hangs or retires costing only the read it was doing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,11 +55,28 @@ def test_auto_turns_ocr_on_where_the_board_has_512_mb() -> None:
 
 
 @needs_engine
-def test_making_the_service_loads_nothing_and_starts_no_process() -> None:
+def test_the_engine_runs_in_the_worker_never_in_the_daemons_process() -> None:
+    # In a process of its own: other tests load the engine in this one.
+    probe = """
+import asyncio, json, sys, time
+import numpy as np
+from daemon.frames import Frame
+from daemon.screen.ocr import Ocr, engine_installed
+async def main():
     service = Ocr()
-    assert not service.loaded and service.worker_pid is None
-    assert ocr_mod.engine_installed()  # found without importing it
-    assert "rapidocr" not in sys.modules and "onnxruntime" not in sys.modules
+    made = [service.loaded, service.worker_pid, engine_installed()]
+    image = np.full((64, 64, 3), 255, np.uint8)
+    await service.read(Frame(image, 1, time.monotonic(), time.time()))
+    read = [service.loaded, service.worker_pid is not None]
+    await service.close()
+    heavy = sorted({"rapidocr", "onnxruntime"} & set(sys.modules))
+    print(json.dumps([made, read, heavy]))
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    made, read, heavy = json.loads(out.stdout.splitlines()[-1])
+    assert made == [False, None, True]  # nothing started; the engine found without importing it
+    assert read == [True, True] and heavy == []
 
 
 @needs_engine
@@ -68,8 +87,6 @@ async def test_callers_of_one_frame_share_one_run_and_the_queue_is_bounded() -> 
     a, b = await asyncio.gather(service.read(f), service.read(f))
     assert a is b and service.cached(7) is a
     assert any(line.text == "Notes row 3" for line in a.lines)
-    # The engine ran in the worker, never here.
-    assert "rapidocr" not in sys.modules and "onnxruntime" not in sys.modules
     assert service.loaded and service.counts["worker_starts"] == 1
     # distinct tiny frames: one runs, MAX_QUEUED wait, the next is refused at once
     blank = np.full((64, 64, 3), 255, np.uint8)
@@ -180,7 +197,8 @@ async def test_a_hung_worker_is_killed_at_the_read_timeout() -> None:
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
-    await service.read(frame(blank, 3))  # a new worker
+    service.config = OcrConfig()  # a new worker's start is not what is timed here either
+    await service.read(frame(blank, 3))
     await service.close()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-from pathlib import Path
+import os
 from typing import Any
 
 # OCR's `enabled = "auto"` turns it on where the board has at least this much RAM: a 512 MB
@@ -53,14 +53,6 @@ def give_back_memory() -> None:
         trim(0)
 
 
-def memory_mb(meminfo: str) -> int:
-    """MemTotal of /proc/meminfo's text, in MB (0 when absent)."""
-    for line in meminfo.splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) // 1024
-    return 0
-
-
 def ocr_enabled(setting: bool | str, total_mb: int) -> bool:
     """Whether OCR is on: as set, or with "auto" where the board has the memory for it."""
     if setting == "auto":
@@ -69,7 +61,9 @@ def ocr_enabled(setting: bool | str, total_mb: int) -> bool:
 
 
 def board_memory_mb() -> int:
+    """The board's RAM as the kernel counts it (MemTotal), from sysinfo(2): the daemon's
+    sandbox (ProcSubset=pid) hides /proc/meminfo."""
     try:
-        return memory_mb(Path("/proc/meminfo").read_text())
-    except OSError:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (ValueError, OSError):
         return 0

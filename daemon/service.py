@@ -212,6 +212,7 @@ class Daemon:
             backend=self.config.backend.kind,
             platform=self.config.platform,
             tools=len(self.catalog.tools(Guard.preset("full-access"))),
+            ocr=self.rt.ocr.enabled,
         )
 
     async def _drain(self) -> None:

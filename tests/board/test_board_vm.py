@@ -201,6 +201,13 @@ def deployed(
     # Likewise udev's giving the re-created /dev/hidgN nodes the daemon's group after a switch:
     # milliseconds on a board, more than the 10 s default once in a loaded run here (s26load:
     # board.nodes_not_accessible, then the chord failed with hid_io_failed on EACCES).
+    # Likewise the capture's first frame: vivid delivers 5 fps of 1920x1080 under TCG here, and
+    # a reopened capture's first frame came later than 3 s (stop 33).
+    default = "no_frame_timeout_s = 3.0"
+    assert default in template
+    template = template.replace(
+        default, f"no_frame_timeout_s = {min(60, round(10 * board.slowness))}.0"
+    )
     # Likewise an OCR read's limit: the engine's start and a read took 105 s here under load
     # (stop 32), against 120 s made for a real board's few seconds.
     default = "read_timeout_s = 120.0"

@@ -290,6 +290,7 @@ class CaptureConfig:
     height: int = _key(1080, _int(16, 8192))
     fps: float = _key(30.0, _num(1, 240))
     fourcc: str = _key("MJPG", {"type": "string", "minLength": 4, "maxLength": 4})
+    buffers: int = _key(2, _int(1, 16), "V4L2 buffers the driver fills (each holds a frame)")
     idle_stop_s: float = _key(10.0, _num(0.1, 3600))
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
 

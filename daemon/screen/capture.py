@@ -399,6 +399,10 @@ class V4L2Capture:
             cap.release()
             self._fail("open", f"cannot open {node} with V4L2", hard=True)
             return None
+        # The driver's buffers: the reader keeps only the newest frame, and each buffer of a raw
+        # format holds a whole one (6 MB at 1920x1080): OpenCV's default of four held 25 MB of
+        # the board VM's 119 MB while a stream ran.
+        cap.set(cv2.CAP_PROP_BUFFERSIZE, c.buffers)
         # FOURCC first: each of these restarts OpenCV's buffers, the size needs both set.
         cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*c.fourcc))
         cap.set(cv2.CAP_PROP_FRAME_WIDTH, c.width)

@@ -103,7 +103,7 @@ def build(config: Config) -> Daemon:
         from daemon.transports.sim_control import routes as sim_routes
 
         assert isinstance(backend, SimulatedBackend)
-        app.add_routes(sim_routes(backend.target, auth))
+        app.add_routes(sim_routes(backend.target, auth, http_guard))
     parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
     return Daemon(rt, catalog, app, ws, ipc, parts)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from daemon.trace import store
 from daemon.trace.recorder import (
@@ -31,6 +30,7 @@ from daemon.trace.recorder import (
     slim_result,
     to_json,
 )
+from tests.unit.test_wire import json_values
 
 
 def row(n: int, started: float, blob: int = 0) -> store.Row:
@@ -161,18 +161,7 @@ def compact(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
-    max_leaves=30,
-)
-
-
-@given(JSON)
+@given(json_values)
 def test_json_chunks_write_what_json_writes(value: object) -> None:
     assert "".join(json_chunks(value)) == compact(value)
 

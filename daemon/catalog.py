@@ -781,7 +781,6 @@ class Catalog:
         if not avail.available:
             raise avail.to_error(spec.name)
         args = self.validate_arguments(spec, args)
-        ctx.ran = True  # from here on the tool runs: what it was asked is kept (bounded)
         run = self._with_evidence(spec, args, ctx, after, shot) if after is not None else None
         if spec.hid:
             result = await self._run_detached(spec, args, ctx, run)
@@ -870,6 +869,7 @@ class Catalog:
         limit: float,
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
+        ctx.ran = True  # the tool runs: what it was asked is kept (bounded), not only its size
         running = self.running.enter(spec.name, ctx.transport, ctx.client)
         try:
             async with asyncio.timeout(limit):

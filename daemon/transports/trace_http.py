@@ -47,7 +47,6 @@ from daemon.wire import WireError, dumps, loads
 
 log = structlog.get_logger("daemon.transports.trace_http")
 
-HIDDEN = store.HIDDEN
 # How long a read just after the daemon's start waits for the writer to open the database
 # (a migration of a large file on an SD card takes a while; a loaded machine too).
 READY_WAIT_S = 30.0
@@ -146,14 +145,14 @@ class TraceApi:
         hide = not guard.permits("critical")
         status = dumps(self.recorder.status())
 
-        def listing(conn: sqlite3.Connection | None) -> str:
+        def listing(conn: sqlite3.Connection | None) -> bytes:
             page = store.page(conn, f, hide_critical=hide) if conn else store.Page([], None, 0)
             return (
                 f'{{"count":{len(page.records)},"trace":{status},"next":{dumps(page.next)},'
                 f'"invocations":[{",".join(page.records)}]}}'
-            )
+            ).encode()
 
-        return web.Response(text=await self._read(listing), content_type="application/json")
+        return _json(await self._read(listing))
 
     async def one(self, request: web.Request) -> web.Response:
         try:
@@ -163,7 +162,7 @@ class TraceApi:
         inv_id = request.match_info["id"]
         hide = not guard.permits("critical")
 
-        def record(conn: sqlite3.Connection | None) -> str | None:
+        def record(conn: sqlite3.Connection | None) -> bytes | None:
             found = store.one(conn, inv_id) if conn else None
             if found is None:
                 return None
@@ -178,12 +177,12 @@ class TraceApi:
                 }
                 for i in imgs
             ]
-            return store.record_json(values, dumps(shots), hide_critical=hide)
+            return store.record_json(values, dumps(shots), hide_critical=hide).encode()
 
-        text = await self._read(record)
-        if text is None:
+        body = await self._read(record)
+        if body is None:
             return data_error(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
-        return web.Response(text=text, content_type="application/json")
+        return _json(body)
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -302,6 +301,11 @@ class TraceApi:
             since=since, until=_time("until", doc.get("until")), limit=1000, oldest_first=True
         )
         return f, checkpoints, float(threshold)
+
+
+def _json(body: bytes) -> web.Response:
+    """A reply whose JSON was written (and encoded) on the reader thread."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
 def _close(chunks: Iterator[bytes], conn: sqlite3.Connection | None) -> None:

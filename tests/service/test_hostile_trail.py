@@ -586,7 +586,5 @@ async def test_an_export_reader_that_stops_is_dropped(tmp_path: Path) -> None:
         stalled.close()
         events = [e for e in d.log_events() if e.get("event") == "trace_export_reader_stopped"]
         assert events and events[0]["error"] == "ReaderStopped", events
-        async with aiohttp.ClientSession() as s:
-            assert await health_ms(d, s) >= 0
     finally:
         d.kill()

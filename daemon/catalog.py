@@ -111,6 +111,20 @@ class Caller:
     def __post_init__(self) -> None:
         object.__setattr__(self, "effective", self.guard.lowered(self.max_policy))
 
+    @property
+    def trusted(self) -> bool:
+        """Whether this caller passed its connection's token rule: a valid token, or a
+        connection that needs none (loopback, the local socket, in-process). What a trusted
+        caller ran is the audit trail proper (daemon/trace/store.py keeps it apart)."""
+        return self.authenticated or not self.token_required
+
+    def authorize(self, tool: str, policy: str, private: bool = False) -> None:
+        """The whole rule for running something of `policy` (and `private`) for this caller:
+        the token rule, then its guard as its token's max policy lowered it. Tools go through
+        it in Catalog.call; the port's actions that are no tools (/api/sim) call it alone."""
+        self.check_token(tool, policy, private)
+        check_guard(self.effective, tool, policy)
+
     def check_token(self, tool: str, policy: str, private: bool = False) -> None:
         """The network rule (needs_token) wherever this connection requires a token."""
         if not needs_token(policy, private) or self.authenticated or not self.token_required:
@@ -137,6 +151,18 @@ class Caller:
             raise ToolError(
                 "tool_execution_denied", f"{what}: the {self.transport} guard is disabled"
             )
+
+
+def check_guard(guard: Guard, tool: str, policy: str) -> None:
+    """tool_execution_denied unless `guard` lets `tool` (of `policy`) run."""
+    if not guard.execution_enabled:
+        raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
+    if not guard.permits(policy):
+        raise ToolError(
+            "tool_execution_denied",
+            f"{tool} needs policy {policy!r}; this caller is limited to {guard.max_policy!r}",
+            details={"policy": policy, "maxPolicy": guard.max_policy},
+        )
 
 
 # What kind of caller each transport is, as Caller's keyword arguments: the one table of who
@@ -304,6 +330,11 @@ class CallContext:
     # What the tool noted about itself for observers (daemon.evidence.note): ("before" or
     # "after", Frame), ("released", [...]), ("profile_switches", [...]).
     evidence: list[tuple[str, Any]] = field(default_factory=list)
+    # For observers: the caller passed its token rule (Caller.trusted), the size of the request
+    # that carried the call as its transport read it, and whether the tool was let run.
+    trusted: bool = True
+    request_bytes: int | None = None
+    ran: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,6 +354,11 @@ class Invocation:
     client_gone: bool = False
     token_id: str = ""
     evidence: tuple[tuple[str, Any], ...] = ()
+    # False when the call was refused before it ran (unknown tool, token, guard, availability,
+    # arguments): its args are then None, whatever was sent.
+    ran: bool = True
+    trusted: bool = True  # the caller passed its connection's token rule (Caller.trusted)
+    request_bytes: int | None = None  # the request that carried it, as its transport read it
 
 
 @dataclass(frozen=True)
@@ -645,6 +681,7 @@ class Catalog:
         after: AfterCall | None = None,
         guard: Guard | None = None,
         ctx: CallContext | None = None,
+        request_bytes: int | None = None,
     ) -> Outcome:
         """Run one tool for `caller`: visibility, token rule, text mode, guard, availability,
         validation, execution, result check, and the evidence asked `after` it.
@@ -659,7 +696,13 @@ class Catalog:
         if caller is None:
             caller = in_process(guard or Guard.preset("full-access"))
         if ctx is None:
-            ctx = CallContext(caller.transport, client=caller.peer, token_id=caller.token_id)
+            ctx = CallContext(
+                caller.transport,
+                client=caller.peer,
+                token_id=caller.token_id,
+                trusted=caller.trusted,
+                request_bytes=request_bytes,
+            )
         spec: ToolSpec | None = None
         result: Any = None
         error: ToolError | None = None
@@ -732,15 +775,7 @@ class Catalog:
         after: AfterCall | None = None,
         shot: dict[str, Outcome] | None = None,
     ) -> Any:
-        if not guard.execution_enabled:
-            raise ToolError("tool_execution_denied", "tool execution is disabled by the guard")
-        if not guard.permits(spec.policy):
-            raise ToolError(
-                "tool_execution_denied",
-                f"{spec.name} needs policy {spec.policy!r}; this caller is limited to "
-                f"{guard.max_policy!r}",
-                details={"policy": spec.policy, "maxPolicy": guard.max_policy},
-            )
+        check_guard(guard, spec.name, spec.policy)
         # Availability is evaluated again right before execution.
         avail = self.availability(spec)
         if not avail.available:
@@ -834,6 +869,7 @@ class Catalog:
         limit: float,
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
+        ctx.ran = True  # the tool runs: what it was asked is kept (bounded), not only its size
         running = self.running.enter(spec.name, ctx.transport, ctx.client)
         try:
             async with asyncio.timeout(limit):
@@ -931,7 +967,9 @@ class Catalog:
         }
         seen = None
         if self.observers:
-            if isinstance(args, Deferred | RawText):  # refused before its body was read
+            # A call refused before it ran hands its observers no arguments: a stranger's
+            # megabyte of junk is not kept alive for the recorder (which keeps its size).
+            if not ctx.ran or isinstance(args, Deferred | RawText):
                 args = None
             seen = Invocation(
                 ctx.invocation_id,
@@ -947,6 +985,9 @@ class Catalog:
                 client_gone,
                 ctx.token_id,
                 tuple(ctx.evidence),
+                ctx.ran,
+                ctx.trusted,
+                ctx.request_bytes,
             )
         # Emptied now that the record has its copy: the list is the value of a context variable,
         # and contexts copied during the call outlive it (a cancelled timer keeps its context

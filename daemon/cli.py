@@ -77,9 +77,11 @@ catalog, call and trace print exactly one JSON object on stdout, discriminated b
 
   fingertip trace              the flight recorder, newest first, read from its database
                                (--db, $FINGERTIP_TRACE_DB, else /var/lib/fingertip/trace.db):
-                               {"type":"trace","count":N,"invocations":[...]}; filters --since
-                               --until (Unix seconds or ISO 8601) --tool --transport --outcome
-                               --limit; --id ID for one invocation; --timeout bounds the read
+                               {"type":"trace","count":N,"invocations":[...],"next":C}; filters
+                               --since --until (Unix seconds or ISO 8601) --tool --transport
+                               --outcome --limit; at most 1 MiB of records a page: when "next"
+                               is not null, --cursor C gives the page that follows; --id ID for
+                               one invocation; --timeout bounds the read
 
 Exit status: 0 whenever one reply was printed (whatever its type); 1 when stdout could not be
 written, or when discover could not browse (its reason on stderr). --help exits 0.
@@ -147,6 +149,7 @@ def parser() -> argparse.ArgumentParser:
     for name in ("since", "until", "tool", "transport", "outcome"):
         trace.add_argument(f"--{name}")
     trace.add_argument("--limit", default="100")
+    trace.add_argument("--cursor", help="the page after the one whose next this is")
     trace.add_argument("--id", help="one invocation, with the sizes of its images")
     discover = sub.add_parser(
         "discover", help="list the boards DNS-SD finds", formatter_class=_formatter
@@ -260,6 +263,7 @@ def checked_reply(message: dict[str, object]) -> dict[str, object]:
 def read_trace(args: argparse.Namespace) -> dict[str, object]:
     """`fingertip trace`: the flight recorder read straight from its file (read-only), so it
     works when the daemon does not; who may read the file (0600) sees everything."""
+    import json
     import sqlite3
     from pathlib import Path
 
@@ -289,9 +293,10 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
                 {"kind": i.kind, "width": i.width, "height": i.height, "size": len(i.jpeg)}
                 for i in store.images(conn, args.id)
             ]
-            rows = [record]
+            rows, cursor = [record], None
         else:
-            rows = store.select(conn, f)
+            page = store.page(conn, f)
+            rows, cursor = [json.loads(r) for r in page.records], page.next
     except sqlite3.OperationalError as exc:
         if args.timeout is not None and time.monotonic() > cut_at:
             raise Rejected(
@@ -304,7 +309,7 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
         raise Rejected("INVALID_RESULT", f"{path} holds a record that is not JSON: {exc}") from None
     finally:
         conn.close()
-    return {"type": TRACE_TYPE, "count": len(rows), "invocations": rows}
+    return {"type": TRACE_TYPE, "count": len(rows), "invocations": rows, "next": cursor}
 
 
 def run(args: argparse.Namespace, stdin: bytes | None) -> dict[str, object]:

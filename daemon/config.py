@@ -109,6 +109,11 @@ class ServerConfig:
     body_timeout_s: float = _key(
         30.0, _num(0.1, 3600), "a request body must have arrived this soon after its header"
     )
+    send_timeout_s: float = _key(
+        30.0,
+        _num(0.1, 3600),
+        "a client that takes nothing of a reply this long is disconnected (its slot freed)",
+    )
     max_connections: int = _key(
         256,
         _int(1, 65536),
@@ -161,6 +166,11 @@ class IpcConfig:
         _num(0.1, 3600),
         "a connection with no request running that sends nothing this long, or a frame not "
         "whole this long after its first byte, is closed",
+    )
+    send_timeout_s: float = _key(
+        30.0,
+        _num(0.1, 3600),
+        "a client that takes nothing of a reply this long is disconnected (its slot freed)",
     )
     max_connections: int = _key(
         64, _int(1, 65536), "open connections; more get one too_many_connections frame"

@@ -34,6 +34,7 @@ from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
+from daemon.transports.responses import body_limit
 from daemon.transports.stream_http import routes as stream_routes
 from daemon.transports.trace_http import TraceApi
 from daemon.transports.ws import WsTransport
@@ -80,7 +81,9 @@ def build(config: Config) -> Daemon:
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
         middlewares=[
+            limits.reply_deadline(config.server.send_timeout_s),  # outermost: every reply
             limits.body_deadline(config.server.body_timeout_s),
+            body_limit(config.server.max_body_bytes),
             security_middleware(auth),
         ],
     )
@@ -88,13 +91,17 @@ def build(config: Config) -> Daemon:
     app.add_routes(HttpApi(catalog, auth, http_guard, config.server.max_body_bytes).routes())
     app.add_routes(ws.routes())
     app.add_routes(OpenApi(catalog, auth, http_guard).routes())
-    app.add_routes(McpEndpoint(catalog, auth, Guard.preset(config.guard.mcp)).routes())
+    mcp_guard = Guard.preset(config.guard.mcp)
+    app.add_routes(McpEndpoint(catalog, auth, mcp_guard, config.server.max_body_bytes).routes())
     app.add_routes(toollab.routes())
     app.add_routes(meter.routes(auth, http_guard))
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
     rt.status["trace"] = recorder.status
-    app.add_routes(TraceApi(recorder, catalog, auth, http_guard, rt.screen).routes())
+    trace_api = TraceApi(
+        recorder, catalog, auth, http_guard, rt.screen, config.server.send_timeout_s
+    )
+    app.add_routes(trace_api.routes())
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
     stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
@@ -104,7 +111,7 @@ def build(config: Config) -> Daemon:
         from daemon.transports.sim_control import routes as sim_routes
 
         assert isinstance(backend, SimulatedBackend)
-        app.add_routes(sim_routes(backend.target, auth))
+        app.add_routes(sim_routes(backend.target, auth, http_guard))
     parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
     return Daemon(rt, catalog, app, ws, ipc, parts)
 

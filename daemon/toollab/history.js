@@ -1,6 +1,8 @@
 // The Tool Lab's History view: the flight recorder's timeline (GET /api/trace, newest first)
 // and one invocation's before/after screenshots side by side (GET /api/trace/<id>). Same token
-// as the rest of the page (localStorage), so it sees what that token may see.
+// as the rest of the page (localStorage), so it sees what that token may see. A page of the
+// timeline is bounded in bytes: when the daemon says there is more (next), "More" appends the
+// page that follows.
 "use strict";
 
 (() => {
@@ -19,24 +21,29 @@
     row.appendChild(td);
   }
 
-  async function load() {
+  let next = null; // the cursor of the page after the rows shown
+
+  async function load(more) {
     const params = new URLSearchParams({ limit: "100" });
     const tool = $("history-tool").value.trim();
     const outcome = $("history-outcome").value;
     if (tool) params.set("tool", tool);
     if (outcome) params.set("outcome", outcome);
+    if (more && next) params.set("cursor", next);
     const resp = await fetch(`/api/trace?${params}`, { headers: headers() });
     const body = await resp.json();
     const state = $("history-state");
     const rows = $("history-rows");
-    rows.replaceChildren();
+    if (!more) rows.replaceChildren();
     if (!resp.ok) {
       state.textContent = body.error ? `${body.error.code}: ${body.error.message}` : resp.status;
       return;
     }
+    next = body.next || null;
+    $("history-more").hidden = !next;
     const trace = body.trace || {};
     state.textContent = trace.recording
-      ? `${body.count} shown`
+      ? `${rows.children.length + body.count} shown${next ? " (more)" : ""}`
       : `recording is off: ${trace.reason || "unknown"}`;
     for (const inv of body.invocations) {
       const tr = document.createElement("tr");
@@ -75,10 +82,11 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    $("history-refresh").addEventListener("click", load);
-    $("history-form").addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+    $("history-refresh").addEventListener("click", () => load(false));
+    $("history-more").addEventListener("click", () => load(true));
+    $("history-form").addEventListener("submit", (ev) => { ev.preventDefault(); load(false); });
     $("history-section").addEventListener("toggle", () => {
-      if ($("history-section").open) load();
+      if ($("history-section").open) load(false);
     });
   });
 })();

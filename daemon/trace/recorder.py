@@ -5,18 +5,26 @@ thread turns invocations into rows (redaction, JSON, reduced JPEGs), inserts the
 prunes by age and size. A write the file system refuses (disk full, read-only folder, I/O error)
 turns recording off for the daemon's life with one log line; health_check shows why, and every
 tool keeps working.
+
+Every record is bounded (docs/flight-recorder.md): an argument or result document over
+MAX_VALUE_BYTES is kept as its first PREFIX_BYTES with its size and sha256, encoded in pieces so
+that no single encode of a large value holds the GIL; a call refused before it ran is kept
+compact (who, what, the code, the request's size), without its arguments, in the untrusted
+share (store.py), as is every call of a caller without the token its connection needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import math
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +40,15 @@ from daemon.trace import store
 log = structlog.get_logger("daemon.trace")
 
 REDACTED = "[redacted]"
-MAX_ARGS_CHARS = 64 << 10  # a bigger argument document is kept as a preview (not replayable)
+# An argument or result document is kept whole up to this size (its compact JSON in UTF-8);
+# past it, as its first PREFIX_BYTES with its size and sha256 (not replayable).
+MAX_VALUE_BYTES = 64 << 10
+PREFIX_BYTES = 4 << 10
 MAX_STRING_CHARS = 16 << 10  # long result strings (shell output) are cut in the record
+# A value with at most this many nodes and string characters is encoded at once (a few µs);
+# a larger one in pieces of STEP characters at most, so the writer never holds the GIL long.
+SMALL = 8 << 10
+STEP = 16 << 10
 BATCH = 256
 # After the first invocation of a batch the writer waits this long for more: one transaction
 # (and one wake-up of this thread) per window instead of one per call, so a burst of calls
@@ -89,18 +104,9 @@ def slim_result(value: Any) -> Any:
     return value
 
 
-def _result_json(result: Any) -> str | None:
-    if result is None:
-        return None
-    text = to_json(result)
-    # Most results are small and carry no screenshot: kept as they are, encoded once.
-    if len(text) > MAX_STRING_CHARS or '"format"' in text:
-        text = to_json(slim_result(result))
-    return text
-
-
 # Built once: json.dumps with options builds a new encoder on every call (hot on every record).
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr).encode
+_string = json.encoder.encode_basestring  # C: a str as a JSON string, non-ASCII kept
 
 
 def to_json(value: Any) -> str:
@@ -108,13 +114,114 @@ def to_json(value: Any) -> str:
 
     The wire's reply encoder writes it first (orjson in the daemon, at a sixth of json's cost:
     the writer holds the GIL while it builds rows, so that cost is taken from the event loop);
-    what that refuses (NaN, a type JSON has not) goes the json way with repr for odd types."""
+    what that refuses (NaN, a type JSON has not) goes the json way with repr for odd types.
+    For small values only (bounded_json decides)."""
     with contextlib.suppress(ValueError, TypeError, RecursionError):
         return wire.dumps(value)
     try:
         return _encode(value)
     except (ValueError, TypeError, RecursionError):
         return json.dumps(repr(value)[:MAX_STRING_CHARS])
+
+
+def small(value: Any, budget: int = SMALL) -> bool:
+    """Whether `value` has at most `budget` nodes and string characters together (a walk that
+    stops as soon as it knows it has not)."""
+    stack, left = [value], budget
+    while stack:
+        v = stack.pop()
+        left -= 1
+        if isinstance(v, str):
+            left -= len(v)
+        elif isinstance(v, dict):
+            if len(v) > left:
+                return False
+            for k, item in v.items():
+                left -= len(k) if isinstance(k, str) else 1
+                stack.append(item)
+        elif isinstance(v, list | tuple):
+            if len(v) > left:
+                return False
+            stack.extend(v)
+        if left < 0:
+            return False
+    return True
+
+
+def json_chunks(value: Any, depth: int = 0) -> Iterator[str]:
+    """`value`'s compact JSON (for JSON data, json.dumps(value, ensure_ascii=False,
+    separators=(",", ":")) to the byte) in pieces: a long string in slices of STEP characters,
+    so no one encode costs more than a slice. What JSON has not (NaN, odd types, keys that are
+    no strings, nesting past 64) is written as its repr's string."""
+    if value is None or value is True or value is False:
+        yield "null" if value is None else ("true" if value else "false")
+    elif isinstance(value, str):
+        if len(value) <= STEP:
+            yield _string(value)
+        else:
+            yield '"'
+            for at in range(0, len(value), STEP):
+                yield _string(value[at : at + STEP])[1:-1]
+            yield '"'
+    elif isinstance(value, int):
+        yield int.__repr__(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        yield float.__repr__(value)
+    elif isinstance(value, dict) and depth < 64:
+        yield "{"
+        for n, (key, item) in enumerate(value.items()):
+            yield ("," if n else "") + _string(key if isinstance(key, str) else str(key)) + ":"
+            yield from json_chunks(item, depth + 1)
+        yield "}"
+    elif isinstance(value, list | tuple) and depth < 64:
+        yield "["
+        for n, item in enumerate(value):
+            if n:
+                yield ","
+            yield from json_chunks(item, depth + 1)
+        yield "]"
+    else:
+        yield _string(repr(value)[:MAX_STRING_CHARS])
+
+
+def truncated(prefix: str, size: int, digest: str) -> str:
+    """The record of a document over MAX_VALUE_BYTES."""
+    return _encode({"truncated": True, "bytes": size, "sha256": digest, "prefix": prefix})
+
+
+def bounded_json(value: Any, limit: int = MAX_VALUE_BYTES) -> str:
+    """`value` as the record keeps it: its JSON whole when it is at most `limit` bytes, else
+    truncated(its first PREFIX_BYTES, its size, its sha256). A large value is encoded, counted
+    and hashed in pieces (json_chunks): no single encode of all of it, under the GIL or not."""
+    if small(value):
+        text = to_json(value)
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) <= limit:
+            return text
+        return truncated(_prefix(data), len(data), hashlib.sha256(data).hexdigest())
+    sha, size = hashlib.sha256(), 0
+    kept: list[bytes] = []
+    for piece in json_chunks(value):
+        data = piece.encode("utf-8", "surrogatepass")
+        if size <= limit:  # kept up to the piece that crosses the limit: the prefix is in it
+            kept.append(data)
+        size += len(data)
+        sha.update(data)  # hashlib lets go of the GIL for pieces over 2 KiB
+    whole = b"".join(kept)
+    if size <= limit:
+        return whole.decode("utf-8", "surrogatepass")
+    return truncated(_prefix(whole), size, sha.hexdigest())
+
+
+def _prefix(data: bytes) -> str:
+    """The first PREFIX_BYTES of UTF-8 `data`, cut on a character's boundary."""
+    return data[:PREFIX_BYTES].decode("utf-8", "ignore")
+
+
+def is_truncated(value: Any) -> bool:
+    """Whether a recorded document is kept as a prefix (truncated(), or the preview an older
+    daemon wrote)."""
+    return isinstance(value, dict) and (value.get("truncated") is True or "args_truncated" in value)
 
 
 class Recorder:
@@ -128,6 +235,7 @@ class Recorder:
         self._facts: dict[str, tuple[str, bool, frozenset[str]]] = {}
         self.recorded = 0
         self.dropped = 0
+        self.pruned = 0  # records gone by age or size since the start
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
         self._thread: threading.Thread | None = None
         self.ready = False  # the database exists and is migrated: readers may open it
@@ -186,6 +294,7 @@ class Recorder:
             "recording": not self.disabled_reason,
             "recorded": self.recorded,
             "dropped": self.dropped,
+            "pruned": self.pruned,
         }
         if self.disabled_reason:
             out["reason"] = self.disabled_reason
@@ -204,14 +313,14 @@ class Recorder:
     def _run(self, settle: Callable[[], None]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = store.open_writer(self.path)  # 0600 with its WAL: audit data
+            conn = store.open_writer(self.path, self.max_bytes)  # 0600 with its WAL: audit data
+            ledger = store.Ledger(conn)
             self.ready = True
-        except (OSError, sqlite3.Error) as exc:
+        except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse: said once
             self._disable(exc)
             return
         finally:
             settle()
-        last_age_prune = 0.0
         try:
             while True:
                 try:
@@ -229,17 +338,7 @@ class Recorder:
                 stop = any(item is _STOP for item in batch)
                 invocations = [i for i in batch if i is not _STOP]
                 try:
-                    rows = self._rows(invocations)
-                    if rows:
-                        store.insert(conn, rows)
-                        self.recorded += len(rows)
-                    now = time.monotonic()
-                    over = store.used_bytes(conn) > self.max_bytes  # reads 3 header fields
-                    if over or now - last_age_prune >= self.config.prune_interval_s:
-                        removed = store.prune(conn, self.max_bytes, self.config.max_age_s)
-                        last_age_prune = now
-                        if removed:
-                            log.debug("trace_pruned", removed=removed)
+                    self._write(conn, ledger, self._rows(invocations))
                 except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse:
                     self._disable(exc)  # either way said once, never a silently dead writer
                     return
@@ -247,6 +346,22 @@ class Recorder:
                     return
         finally:
             conn.close()
+
+    def _write(self, conn: sqlite3.Connection, ledger: store.Ledger, rows: list[store.Row]) -> None:
+        """Room first (age, then each share within its part of the cap), then the batch: the
+        pages the prune freed take it, so the file stays within its cap."""
+        incoming = {True: 0, False: 0}
+        for row in rows:
+            incoming[row.trusted] += row.size()
+        removed = store.prune(conn, self.max_bytes, self.config.max_age_s, ledger, incoming)
+        if rows:
+            store.insert(conn, rows, ledger)
+            self.recorded += len(rows)
+            if store.used_bytes(conn) > self.max_bytes:  # the sizes are estimates: make sure
+                removed += store.prune(conn, self.max_bytes, self.config.max_age_s, ledger)
+        if removed:
+            self.pruned += removed
+            log.debug("trace_pruned", removed=removed)
 
     def _rows(self, invocations: list[Invocation]) -> list[store.Row]:
         rows = []
@@ -263,9 +378,9 @@ class Recorder:
         self._pending_frames -= len(frames)
         policy, hid, names = self._tool_facts(inv.tool)
         noted = dict(inv.evidence)
-        args_json = to_json(redact(inv.args, names))
-        if len(args_json) > MAX_ARGS_CHARS:
-            args_json = to_json({"args_truncated": True, "preview": args_json[:4096]})
+        # A call refused before it ran is kept compact: who, what, the code, the request's
+        # size (its arguments never reach the recorder: see Catalog._log).
+        args_json = bounded_json(redact(inv.args, names)) if inv.ran else "null"
         values = (
             inv.id,
             inv.started_at,
@@ -286,14 +401,19 @@ class Recorder:
             # An input tool's result says what it did (its screenshot is in the images); other
             # results are left out: bulky (screenshots, shell output), often sensitive, and
             # encoding each health_check's would be most of the writer's work.
-            _result_json(inv.result) if hid else None,
+            bounded_json(slim_result(inv.result)) if hid and inv.result is not None else None,
         )
         # The first "before" and the last "after" (drag_start takes two after-shots).
         chosen: dict[str, Frame] = {}
         for kind, frame in frames:
             if kind == "after" or kind not in chosen:
                 chosen[kind] = frame
-        return store.Row(values, tuple(self._image(k, f) for k, f in chosen.items()))
+        return store.Row(
+            values,
+            tuple(self._image(k, f) for k, f in chosen.items()),
+            trusted=inv.ran and inv.trusted,
+            request_bytes=inv.request_bytes,
+        )
 
     def _tool_facts(self, name: str) -> tuple[str, bool, frozenset[str]]:
         """(policy, hid, secret argument names) of a tool, looked up once per name."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from daemon.frames import Frame
 from daemon.screen.detector import Diff, compare, signature
 from daemon.screen.encode import encode
 from daemon.screen.service import Screen
-from daemon.trace.recorder import REDACTED
+from daemon.trace.recorder import REDACTED, is_truncated
 from daemon.trace.store import Image
 
 DEFAULT_THRESHOLD = 2.0  # the detector's own default (0..255 units of block-mean difference)
@@ -61,7 +62,7 @@ def _replayable(record: dict[str, Any]) -> str | None:
     if record["outcome"] != "ok":
         return f"it did not succeed when recorded ({record['error_code']})"
     args = record["args"]
-    if isinstance(args, dict) and ("args_truncated" in args or REDACTED in args.values()):
+    if is_truncated(args) or (isinstance(args, dict) and REDACTED in args.values()):
         return "its arguments were not recorded whole"
     return None
 
@@ -69,7 +70,8 @@ def _replayable(record: dict[str, Any]) -> str | None:
 async def replay(
     catalog: Catalog,
     screen: Screen,
-    steps: list[ReplayStep],
+    ids: list[str],
+    load: Callable[[str], Awaitable[ReplayStep | None]],
     *,
     guard: Guard,
     client: str,
@@ -84,7 +86,10 @@ async def replay(
     def report(stopped: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"ok": stopped is None, "completed": done, "skipped": skipped, "stopped": stopped}
 
-    for index, step in enumerate(steps):
+    for index, inv_id in enumerate(ids):
+        step = await load(inv_id)  # one step in memory at a time, read as its turn comes
+        if step is None:  # pruned since the replay began: what follows may depend on it
+            return report({"index": index, "id": inv_id, "reason": "trace_not_found"})
         rec = step.record
         entry: dict[str, Any] = {"index": index, "id": rec["id"], "tool": rec["tool"]}
         why = _replayable(rec)

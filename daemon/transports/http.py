@@ -32,7 +32,7 @@ from daemon.catalog import (
     ToolSpec,
 )
 from daemon.errors import ToolError
-from daemon.transports.responses import error_response
+from daemon.transports.responses import error_response, request_too_large
 from daemon.transports.skill_bundle import skill_bundle
 from daemon.wire import STATUS, WireError, iso_utc, loads, output_text
 from daemon.wire import dumps as _dumps
@@ -113,11 +113,7 @@ class HttpApi:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             body = b""
-            too_large = ToolError(
-                "request_too_large",
-                f"request body is larger than {self.max_body_bytes} bytes",
-                details={"max_bytes": self.max_body_bytes},
-            )
+            too_large = request_too_large(self.max_body_bytes)
 
         def decode() -> Any:
             if too_large is not None:
@@ -127,7 +123,10 @@ class HttpApi:
             return args
 
         outcome = await self.catalog.call(
-            request.match_info["name"], Deferred(decode), self._caller(request)
+            request.match_info["name"],
+            Deferred(decode),
+            self._caller(request),
+            request_bytes=request.content_length if too_large else len(body),
         )
         return self._outcome(outcome, raw_input[0] if raw_input else None)
 

@@ -19,7 +19,8 @@ open: too_many_connections; peer not allowed; frame over [ipc].max_frame_bytes; 
 not a msgpack map with an id) gets one response with id nil and the connection is closed; the
 daemon goes on serving everyone else. A connection that sends nothing for [ipc].idle_timeout_s
 while none of its requests runs, or does not finish a frame that long after its first byte, is
-closed without a reply. At EOF, requests
+closed without a reply. A client that takes nothing of a reply for [ipc].send_timeout_s is
+disconnected (its slot freed; HID calls it started still finish). At EOF, requests
 already read still run and are answered (a half-closed client can read them).
 
 The reply mapping lives here, once (see FAILURES and reply_for); whether a successful result is
@@ -41,7 +42,7 @@ import socket
 import stat
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ import structlog
 from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
-from daemon.transports.limits import Throttled, too_many_connections
+from daemon.transports.limits import ReaderStopped, Throttled, taken, too_many_connections
 from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.transports.ipc")
@@ -155,6 +156,7 @@ class Request:
     op: str
     tool: str
     arguments: Any
+    size: int = field(default=0, compare=False)  # the frame's body, in bytes
 
 
 def _no_ext(code: int, data: bytes) -> Any:
@@ -186,7 +188,7 @@ def decode_request(body: bytes) -> Request:
         raise _bad_request(request_id, f"op must be 'catalog' or 'call', not {op!r}")
     if op == "call" and (not isinstance(tool, str) or not tool):
         raise _bad_request(request_id, "call needs a tool name (str)")
-    return Request(request_id, op, tool, message.get("arguments", {}))
+    return Request(request_id, op, tool, message.get("arguments", {}), len(body))
 
 
 def _bad_request(request_id: int | str, message: str) -> ToolError:
@@ -310,6 +312,7 @@ class IpcServer:
         self._connections: set[asyncio.Task[Any]] = set()
         self._refused = Throttled("ipc_connection_refused")
         self._idle = Throttled("ipc_connection_timed_out")
+        self._stopped = Throttled("ipc_reader_stopped")
 
     @property
     def open_connections(self) -> int:
@@ -349,8 +352,14 @@ class IpcServer:
 
         async def send(frame: bytes) -> None:
             async with lock:
+                if writer.is_closing():  # dropped meanwhile: nothing more is written
+                    raise ConnectionResetError("the connection is closed")
                 writer.write(frame)
-                await writer.drain()
+                try:
+                    await taken(writer.transport, writer.drain(), self.cfg.send_timeout_s)
+                except ReaderStopped:
+                    self._stopped(send_timeout_s=self.cfg.send_timeout_s)
+                    raise
 
         try:
             # The cap first: it is what keeps fds for everyone else when one client floods.
@@ -468,6 +477,9 @@ class IpcServer:
             except ToolError as exc:
                 return error_response(request.id, exc)
         outcome = await self.catalog.call(
-            request.tool, request.arguments, caller(self.guard, peer.describe())
+            request.tool,
+            request.arguments,
+            caller(self.guard, peer.describe()),
+            request_bytes=request.size,
         )
         return response(request.id, reply_for(outcome), outcome.error)

@@ -6,6 +6,9 @@ transports, once.
   long after connecting or after its last response. aiohttp has no body timeout:
   `body_deadline` closes a connection whose request body is not whole [server].body_timeout_s
   after its header.
+- Readers that stop: a client must take some of its reply every [server].send_timeout_s
+  ([ipc].send_timeout_s on the socket), or its connection is aborted and its slot freed
+  (`taken`, `reply_deadline`); aiohttp itself would wait on a full socket without end.
 - Connection caps: `CappedSite` answers a TCP connection over [server].max_connections with one
   503 too_many_connections and closes it; the IPC server applies [ipc].max_connections itself.
 - Accept errors (EMFILE when the fds run out) and refusals are logged once per interval with a
@@ -23,7 +26,8 @@ import errno
 import logging
 import resource
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
@@ -206,6 +210,63 @@ def body_deadline(timeout: float) -> Any:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    return middleware
+
+
+T = TypeVar("T")
+
+
+class ReaderStopped(ConnectionResetError):
+    """The client took nothing of its reply for the send timeout: its connection was aborted."""
+
+
+async def taken(transport: asyncio.WriteTransport | None, write: Awaitable[T], timeout: float) -> T:
+    """`write` (a write that waits for the client to take its bytes), as long as the client
+    takes some of them every `timeout` seconds: one that stops reading has its connection
+    aborted (ReaderStopped), so it holds no slot, task or buffer; a slow one that reads goes on."""
+    task = asyncio.ensure_future(write)
+    size = getattr(transport, "get_write_buffer_size", lambda: 0)
+    last = size()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if done:
+                return task.result()
+            now = size()
+            if now >= last:  # nothing taken in a whole timeout
+                if transport is not None:
+                    transport.abort()
+                raise ReaderStopped(f"the client took nothing of its reply for {timeout:g} s")
+            last = now
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def reply_deadline(timeout: float) -> Any:
+    """A whole reply (not a stream, which keeps its own rule) is sent here, under `taken`: a
+    client that does not read it is dropped after `timeout` instead of holding its connection
+    (and the reply's buffer) for as long as it likes."""
+    dropped = Throttled("http_reader_stopped")
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        if response.prepared or request.transport is None:
+            return response
+
+        async def send() -> None:
+            await response.prepare(request)
+            await response.write_eof()
+
+        try:
+            await taken(request.transport, send(), timeout)
+        except ReaderStopped:
+            dropped(send_timeout_s=timeout, remote=request.remote)
+        except ConnectionError:
+            pass  # the client left: aiohttp sees the closed connection as it always did
+        return response  # aiohttp finds it sent, or its connection closed
 
     return middleware
 

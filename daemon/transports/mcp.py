@@ -24,6 +24,7 @@ from daemon import VERSION
 from daemon.auth import Auth
 from daemon.catalog import Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.errors import ToolError
+from daemon.transports.responses import request_too_large
 from daemon.wire import IMAGE_TYPES, encoder, is_artifact, loads
 
 log = structlog.get_logger("daemon.transports.mcp")
@@ -153,10 +154,11 @@ def accepts_json(accept: str) -> bool:
 
 
 class McpEndpoint:
-    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard):
+    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, max_body_bytes: int):
         self.catalog = catalog
         self.auth = auth
         self.guard = guard
+        self.max_body_bytes = max_body_bytes
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -199,7 +201,16 @@ class McpEndpoint:
                 status=400,
             )
         try:
-            message = loads(await request.read())
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            error = request_too_large(self.max_body_bytes)
+            return _rpc_reply(
+                None,
+                error=RpcError(INVALID_REQUEST, error.message, error.to_dict()),
+                status=413,
+            )
+        try:
+            message = loads(body)
         except ValueError as exc:  # wire.WireError: not JSON, NaN, too deep, lone surrogate
             return _rpc_reply(None, error=RpcError(PARSE_ERROR, f"Parse error: {exc}"), status=400)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -225,11 +236,13 @@ class McpEndpoint:
         if not isinstance(params, dict):
             return _rpc_reply(rid, error=RpcError(INVALID_PARAMS, "params must be an object"))
         try:
-            return _rpc_reply(rid, result=await self.dispatch(method, params, request))
+            return _rpc_reply(rid, result=await self.dispatch(method, params, request, len(body)))
         except RpcError as exc:
             return _rpc_reply(rid, error=exc)
 
-    async def dispatch(self, method: str, params: dict[str, Any], request: web.Request) -> Any:
+    async def dispatch(
+        self, method: str, params: dict[str, Any], request: web.Request, size: int = 0
+    ) -> Any:
         if method == "initialize":
             return {
                 "protocolVersion": negotiate(params.get("protocolVersion")),
@@ -243,20 +256,22 @@ class McpEndpoint:
             specs = self.catalog.tools(self._caller(request))
             return {"tools": [tool_definition(s, self.catalog) for s in specs]}
         if method == "tools/call":
-            return await self.call(params, request)
+            return await self.call(params, request, size)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _caller(self, request: web.Request) -> Caller:
         """A model's caller: the model-facing tools of this target."""
         return self.auth.caller("mcp", self.guard, request)
 
-    async def call(self, params: dict[str, Any], request: web.Request) -> dict[str, Any]:
+    async def call(
+        self, params: dict[str, Any], request: web.Request, size: int | None = None
+    ) -> dict[str, Any]:
         name, args = params.get("name"), params.get("arguments", {})
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name")
         if not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
-        outcome = await self.catalog.call(name, args, self._caller(request))
+        outcome = await self.catalog.call(name, args, self._caller(request), request_bytes=size)
         if outcome.unknown:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")  # a protocol error in MCP
         try:

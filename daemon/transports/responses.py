@@ -7,10 +7,21 @@ CLI imports and which therefore stays free of aiohttp; this module only wraps it
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from daemon.errors import ToolError
 from daemon.wire import DATA_STATUS, STATUS, error_body
+
+
+def request_too_large(max_bytes: int) -> ToolError:
+    """The refusal of a body over [server].max_body_bytes, on every route of the port."""
+    return ToolError(
+        "request_too_large",
+        f"request body is larger than {max_bytes} bytes ([server].max_body_bytes)",
+        details={"max_bytes": max_bytes},
+    )
 
 
 def error_response(error: ToolError) -> web.Response:
@@ -22,3 +33,19 @@ def data_error(error: ToolError) -> web.Response:
     """The refusal of one of the port's data routes (stream, snapshot, live, flight recorder):
     the tools API's body, the data routes' statuses (DATA_STATUS)."""
     return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
+
+
+def body_limit(max_bytes: int) -> Any:
+    """aiohttp refuses a body over client_max_size ([server].max_body_bytes) in whichever
+    handler reads it, as a plain-text 413: every route answers the tools API's JSON
+    request_too_large instead (/mcp answers a JSON-RPC error, in its own handler)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(request_too_large(max_bytes))
+        return response
+
+    return middleware

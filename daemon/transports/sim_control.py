@@ -1,7 +1,8 @@
 """Dev/test control of the simulated target over HTTP (only mounted with backend = simulated):
 observe its state and inject the faults a real board has. The actions live in daemon.sim.control;
-this is only their route. Who may call it is the tools API's rule (Caller.check_token):
-observing is a read, a fault is a write."""
+this is only their route. Who may call it is the tools API's rule (Caller.authorize: the token
+rule, then the HTTP guard as a client token's max policy lowers it): observing is a read that
+shows what was typed, private like the screen; a fault is a write."""
 
 from __future__ import annotations
 
@@ -13,24 +14,27 @@ from daemon.auth import Auth
 from daemon.catalog import Guard
 from daemon.errors import ToolError
 from daemon.sim.control import control
-from daemon.wire import STATUS, error_body, loads
+from daemon.transports.responses import error_response
+from daemon.wire import loads
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
-def routes(target: SimTarget, auth: Auth) -> list[web.RouteDef]:
-    guard = Guard.preset("full-access")  # no guard preset: the token rule alone decides
+def rule(action: str) -> tuple[str, bool]:
+    """(policy, private) of an action: the state shows the text typed into the target (private,
+    like a screenshot); every other action changes the target (write)."""
+    return ("read", True) if action == "state" else ("write", False)
 
-    def check(request: web.Request, action: str, policy: str) -> None:
-        auth.caller("sim", guard, request, kind="http").check_token(f"sim/{action}", policy)
 
-    def error_response(error: ToolError) -> web.Response:
-        return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
+def routes(target: SimTarget, auth: Auth, guard: Guard) -> list[web.RouteDef]:
+    def check(request: web.Request, action: str) -> None:
+        caller = auth.caller("sim", guard, request, kind="http")
+        caller.authorize(f"sim/{action}", *rule(action))
 
     async def state(request: web.Request) -> web.Response:
         try:
-            check(request, "state", "read")
+            check(request, "state")
         except ToolError as exc:
             return error_response(exc)
         return web.json_response(await control(target, "state"))
@@ -38,7 +42,7 @@ def routes(target: SimTarget, auth: Auth) -> list[web.RouteDef]:
     async def act(request: web.Request) -> web.Response:
         action = request.match_info["action"]
         try:
-            check(request, action, "write")
+            check(request, action)
         except ToolError as exc:
             return error_response(exc)
         body = await request.read()

@@ -2,10 +2,11 @@
 export archive, and replay.
 
   GET  /api/trace            filters since, until (Unix seconds or ISO 8601), tool, transport,
-                             outcome (ok | error | cancelled), limit (1..1000, default 100);
-                             newest first
+                             outcome (ok | error | cancelled), limit (1..1000, default 100),
+                             cursor (a page's `next`); newest first, at most store.PAGE_BYTES
+                             of records a page: `next` is set when more match
   GET  /api/trace/export     the same filters (limit up to 5000, default 1000): a .tar.gz of
-                             trace.jsonl (oldest first) and images/<id>-<kind>.jpg
+                             images/<id>-<kind>.jpg and trace.jsonl (oldest first), streamed
   GET  /api/trace/{id}       one invocation, its images inline (base64 JPEG)
   POST /api/trace/replay     {"ids": [...]} or {"since", "until"}; "checkpoints" (default true),
                              "threshold" (detector units, default 2): see daemon/trace/replay.py
@@ -13,18 +14,24 @@ export archive, and replay.
 Audit data is sensitive: off loopback every route needs a token (as write tools do), and the
 arguments and results of critical tools are shown only to a caller under full-access. Replay
 is a write: its steps run through the catalog under the caller's guard (transport "replay").
+
+Every read runs in a thread and holds at most a page (or one record and its images): records
+are spliced from their stored JSON, never parsed and encoded again, and a client that takes
+nothing of the export for [server].send_timeout_s is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import io
-import json
-import tarfile
+import contextlib
+import sqlite3
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+import structlog
 from aiohttp import web
 
 from daemon.auth import Auth
@@ -34,20 +41,16 @@ from daemon.screen.service import Screen
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, ReplayStep, replay
+from daemon.transports.limits import Throttled, taken
 from daemon.transports.responses import data_error
-from daemon.wire import WireError, iso_utc, loads
+from daemon.wire import WireError, dumps, loads
 
-HIDDEN = "arguments and results of critical tools need a full-access caller"
+log = structlog.get_logger("daemon.transports.trace_http")
+
 # How long a read just after the daemon's start waits for the writer to open the database
 # (a migration of a large file on an SD card takes a while; a loaded machine too).
 READY_WAIT_S = 30.0
-
-
-async def _json_off_loop(doc: Any) -> web.Response:
-    """web.json_response's bytes, encoded in a thread: a page of 1,000 records (arguments up
-    to 64 KiB each) or a record's images would hold the event loop, and with it HID deadlines."""
-    text = await asyncio.to_thread(json.dumps, doc)
-    return web.Response(text=text, content_type="application/json")
+T = TypeVar("T")
 
 
 def _bad(message: str) -> ToolError:
@@ -70,13 +73,29 @@ def _time(name: str, raw: Any) -> float | None:
 
 class TraceApi:
     def __init__(
-        self, recorder: Recorder, catalog: Catalog, auth: Auth, guard: Guard, screen: Screen
+        self,
+        recorder: Recorder,
+        catalog: Catalog,
+        auth: Auth,
+        guard: Guard,
+        screen: Screen,
+        send_timeout_s: float = 30.0,
     ):
         self.recorder = recorder
         self.catalog = catalog
         self.auth = auth
         self.guard = guard
         self.screen = screen
+        self.send_timeout_s = send_timeout_s
+        self._export_dropped = Throttled("trace_export_reader_stopped")
+        # Every read runs on this one thread, in bounded steps (a page, a piece of an export):
+        # reads that come together queue here instead of each taking a pool thread, and with
+        # it a malloc arena that keeps what it freed (pages and an export at once: +26 MB of
+        # peak RSS over the default pool, +7-10 MB on one thread).
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="trace-reader")
+
+    def _thread(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -91,28 +110,31 @@ class TraceApi:
         caller.admit("the flight recorder", private=True)
         return caller
 
-    def _shown(self, record: dict[str, Any], guard: Guard) -> dict[str, Any]:
-        record["started_at_iso"] = iso_utc(record["started_at"])
-        if record["policy"] == "critical" and not guard.permits("critical"):
-            record["args"] = record["result"] = None
-            record["hidden"] = HIDDEN
-        return record
-
-    async def _read(self, fn: Any, *args: Any) -> Any:
+    async def _open(self) -> sqlite3.Connection | None:
+        """A reader on the database, once the writer made it; None when there is none."""
         if not await self.recorder.wait_ready(READY_WAIT_S):  # not created (recording is off)
             return None
 
-        def run() -> Any:
+        def open_it() -> sqlite3.Connection | None:
             try:
-                conn = store.open_reader(self.recorder.path)
+                return store.open_reader(self.recorder.path)
             except FileNotFoundError:
                 return None
-            try:
-                return fn(conn, *args)
-            finally:
-                conn.close()
 
-        return await asyncio.to_thread(run)
+        return await self._thread(open_it)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection | None], Any]) -> Any:
+        """fn(a reader, or None when there is no database) in a thread."""
+        conn = await self._open()
+
+        def run() -> Any:
+            try:
+                return fn(conn)
+            finally:
+                if conn is not None:
+                    conn.close()
+
+        return await self._thread(run)
 
     async def list(self, request: web.Request) -> web.Response:
         try:
@@ -120,13 +142,17 @@ class TraceApi:
             f = parse_filter(request.query, default_limit=100, max_limit=1000)
         except ToolError as exc:
             return data_error(exc)
-        rows = await self._read(store.select, f) or []
-        doc = {
-            "count": len(rows),
-            "trace": self.recorder.status(),
-            "invocations": [self._shown(r, guard) for r in rows],
-        }
-        return await _json_off_loop(doc)
+        hide = not guard.permits("critical")
+        status = dumps(self.recorder.status())
+
+        def listing(conn: sqlite3.Connection | None) -> bytes:
+            page = store.page(conn, f, hide_critical=hide) if conn else store.Page([], None, 0)
+            return (
+                f'{{"count":{len(page.records)},"trace":{status},"next":{dumps(page.next)},'
+                f'"invocations":[{",".join(page.records)}]}}'
+            ).encode()
+
+        return _json(await self._read(listing))
 
     async def one(self, request: web.Request) -> web.Response:
         try:
@@ -134,58 +160,60 @@ class TraceApi:
         except ToolError as exc:
             return data_error(exc)
         inv_id = request.match_info["id"]
+        hide = not guard.permits("critical")
 
-        def both(conn: Any) -> tuple[Any, list[store.Image]]:
-            return store.get(conn, inv_id), store.images(conn, inv_id)
+        def record(conn: sqlite3.Connection | None) -> bytes | None:
+            found = store.one(conn, inv_id) if conn else None
+            if found is None:
+                return None
+            values, imgs = found
+            shots = [
+                {
+                    "kind": i.kind,
+                    "width": i.width,
+                    "height": i.height,
+                    "format": "jpeg",
+                    "data": base64.b64encode(i.jpeg).decode("ascii"),
+                }
+                for i in imgs
+            ]
+            return store.record_json(values, dumps(shots), hide_critical=hide).encode()
 
-        found = await self._read(both)
-        if found is None or found[0] is None:
+        body = await self._read(record)
+        if body is None:
             return data_error(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
-        record, imgs = found
-        record = self._shown(record, guard)
-        record["images"] = [
-            {
-                "kind": i.kind,
-                "width": i.width,
-                "height": i.height,
-                "format": "jpeg",
-                "data": base64.b64encode(i.jpeg).decode("ascii"),
-            }
-            for i in imgs
-        ]
-        return await _json_off_loop(record)
+        return _json(body)
 
-    async def export(self, request: web.Request) -> web.Response:
+    async def export(self, request: web.Request) -> web.StreamResponse:
         try:
             guard = self._caller(request).effective
             f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         except ToolError as exc:
             return data_error(exc)
-        f = store.Filter(**{**f.__dict__, "oldest_first": True})
-
-        def archive(conn: Any) -> bytes:
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-                lines = []
-                for rec in store.select(conn, f):
-                    lines.append(json.dumps(self._shown(rec, guard), ensure_ascii=False))
-                    for img in store.images(conn, rec["id"]):
-                        _add(tar, f"images/{rec['id']}-{img.kind}.jpg", img.jpeg)
-                _add(tar, "trace.jsonl", ("\n".join(lines) + "\n" if lines else "").encode())
-            return buf.getvalue()
-
-        data = await self._read(archive)
-        if data is None:  # no database yet: an archive with an empty trace.jsonl
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-                _add(tar, "trace.jsonl", b"")
-            data = buf.getvalue()
+        hide = not guard.permits("critical")
+        conn = await self._open()
+        chunks = store.export(conn, f, hide_critical=hide)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        return web.Response(
-            body=data,
-            content_type="application/gzip",
-            headers={"Content-Disposition": f'attachment; filename="trace-{stamp}.tar.gz"'},
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/gzip",
+                "Content-Disposition": f'attachment; filename="trace-{stamp}.tar.gz"',
+            }
         )
+        try:
+            await response.prepare(request)
+            while (chunk := await self._thread(next, chunks, None)) is not None:
+                await taken(request.transport, response.write(chunk), self.send_timeout_s)
+            await response.write_eof()
+        except ConnectionError as exc:  # the client left, or took nothing for the timeout
+            self._export_dropped(error=type(exc).__name__, remote=request.remote)
+        except sqlite3.Error as exc:  # the archive is cut: the client must not take it whole
+            log.warning("trace_export_failed", error=str(exc))
+            if request.transport is not None:
+                request.transport.abort()
+        finally:
+            await self._thread(_close, chunks, conn)
+        return response
 
     async def replay(self, request: web.Request) -> web.Response:
         try:
@@ -205,38 +233,39 @@ class TraceApi:
         except ToolError as exc:
             return data_error(exc)
 
-        def load(conn: Any) -> list[ReplayStep]:
-            records = store.select(conn, f)
-            if f.ids is not None:  # the order asked for, each id once
-                by_id = {r["id"]: r for r in records}
-                missing = [i for i in f.ids if i not in by_id]
-                if missing:
-                    raise ToolError("trace_not_found", f"no recorded invocation {missing[0]!r}")
-                records = [by_id[i] for i in dict.fromkeys(f.ids)]
-            return [
-                ReplayStep(
-                    r, next((i for i in store.images(conn, r["id"]) if i.kind == "before"), None)
-                )
-                for r in records
-            ]
-
+        conn = await self._open()
         try:
-            steps = await self._read(load)
-        except ToolError as exc:
-            return data_error(exc)
-        if not steps:
-            return data_error(ToolError("trace_not_found", "no recorded invocation to replay"))
-        report = await replay(
-            self.catalog,
-            self.screen,
-            steps,
-            guard=guard,
-            client=request.remote or "",
-            token_id=token_id,
-            checkpoints=checkpoints,
-            threshold=threshold,
-            quality=self.recorder.config.image_quality,
-        )
+            try:
+                ids = await self._thread(store.ids, conn, f) if conn else []
+            except LookupError as exc:
+                return data_error(ToolError("trace_not_found", str(exc)))
+            if not ids:
+                return data_error(ToolError("trace_not_found", "no recorded invocation to replay"))
+
+            def step(inv_id: str) -> ReplayStep | None:
+                assert conn is not None
+                record = store.get(conn, inv_id)
+                if record is None:
+                    return None
+                shots = store.images(conn, inv_id)
+                return ReplayStep(record, next((i for i in shots if i.kind == "before"), None))
+
+            # One step's record and image in memory at a time, read as its turn comes.
+            report = await replay(
+                self.catalog,
+                self.screen,
+                ids,
+                lambda inv_id: self._thread(step, inv_id),
+                guard=guard,
+                client=request.remote or "",
+                token_id=token_id,
+                checkpoints=checkpoints,
+                threshold=threshold,
+                quality=self.recorder.config.image_quality,
+            )
+        finally:
+            if conn is not None:
+                await self._thread(conn.close)
         return web.json_response(report)
 
     def _replay_request(self, doc: Any) -> tuple[store.Filter, bool, float]:
@@ -274,9 +303,15 @@ class TraceApi:
         return f, checkpoints, float(threshold)
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = int(time.time())
-    info.mode = 0o600
-    tar.addfile(info, io.BytesIO(data))
+def _json(body: bytes) -> web.Response:
+    """A reply whose JSON was written (and encoded) on the reader thread."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+
+def _close(chunks: Iterator[bytes], conn: sqlite3.Connection | None) -> None:
+    """End an export (its read transaction with it) and its connection."""
+    with contextlib.suppress(sqlite3.Error):
+        if hasattr(chunks, "close"):
+            chunks.close()
+    if conn is not None:
+        conn.close()

@@ -248,11 +248,11 @@ class WsTransport:
                 raise ToolError(
                     "tool_call_payload_invalid", "tool.call payload must be a JSON object"
                 )
-            reply = await self.call(payload, session)
+            reply = await self.call(payload, session, env.size)
             if not reply.ok:
                 return ERROR, reply.item["error"], []
             return RESULT, reply.item, reply.transfers
-        return await self.batch(payload, session)
+        return await self.batch(payload, session, env.size)
 
     def parse_call(self, payload: dict[str, Any]) -> CallRequest:
         p = {k: v for k, v in payload.items() if v is not None}  # null members count as absent
@@ -286,14 +286,20 @@ class WsTransport:
             chunk_bytes=p.get("chunkBytes", self.config.chunk_bytes),
         )
 
-    async def call(self, payload: dict[str, Any], session: WsSession) -> CallReply:
+    async def call(
+        self, payload: dict[str, Any], session: WsSession, size: int | None = None
+    ) -> CallReply:
         try:
             req = self.parse_call(payload)
         except ToolError as exc:
             tool_id = payload.get("toolId")
             return failure(tool_id if isinstance(tool_id, str) and tool_id else None, exc)
         done = await self.catalog.call(
-            req.tool_id, req.arguments, session.caller, after=self.after_call(req)
+            req.tool_id,
+            req.arguments,
+            session.caller,
+            after=self.after_call(req),
+            request_bytes=size,
         )
         if done.error is not None:
             return failure(req.tool_id, done.error)
@@ -365,7 +371,7 @@ class WsTransport:
         return out
 
     async def batch(
-        self, payload: Any, session: WsSession
+        self, payload: Any, session: WsSession, size: int | None = None
     ) -> tuple[str, dict[str, Any], list[Transfer]]:
         if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
             raise ToolError(
@@ -394,7 +400,7 @@ class WsTransport:
             else:
                 if isinstance(call.get("callId"), str):
                     head["callId"] = call["callId"]
-                reply = await self.call(call, session)
+                reply = await self.call(call, session, size)
                 completed += 1
                 transfers += reply.transfers
             results.append(head | reply.item)

@@ -72,6 +72,7 @@ class Envelope:
     sent_at: str | None = None
     capability: str | None = None
     payload: Any = None  # as received: possibly still wrapped (see unwrap_payload)
+    size: int = 0  # the message's length in characters (the flight recorder's request size)
 
 
 # The edge rule (daemon.wire): NaN, Infinity, lone surrogates and deep nesting are refused.
@@ -125,6 +126,7 @@ def decode_envelope(text: str) -> Envelope | None:
         sent_at=obj.get("sentAt"),
         capability=capability,
         payload=obj.get("payload"),
+        size=len(text),
     )
 
 

@@ -115,7 +115,8 @@ class DaemonProcess:
 
     @property
     def token(self) -> str:
-        return (self.state_dir / "pairing-token").read_text().strip()
+        configured: str = self.tables.get("auth", {}).get("token", "")
+        return configured or (self.state_dir / "pairing-token").read_text().strip()
 
     def start(self, timeout: float = 30.0) -> DaemonProcess:
         notify_path = self.tmp / "notify.sock"
@@ -226,4 +227,12 @@ class DaemonProcess:
             return json.loads(resp.read())
 
     def sim_state(self) -> Any:
-        return self.get_json("/api/sim/state")
+        """The simulated target's state; it shows what was typed, so it is private like the
+        screen: the pairing token goes with it (needed where [auth].require_on_loopback)."""
+        known = (
+            "token" in self.tables.get("auth", {}) or (self.state_dir / "pairing-token").exists()
+        )
+        headers = {"Authorization": f"Bearer {self.token}"} if known else {}
+        req = urllib.request.Request(self.base + "/api/sim/state", headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())

@@ -1,5 +1,6 @@
-"""/api/sim/* follows the tools API's token rule (issue 15): observing is a read, a fault is a
-write, so with [auth].require_on_loopback a fault needs the pairing token even on loopback."""
+"""/api/sim/* follows the catalog's rule (issues 15 and 35), Caller.authorize: observing is a
+read that shows what was typed, so it is private like the screen; a fault is a write, so it
+needs the token wherever a write tool does, and a client token's max policy applies to it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from typing import Any
 import aiohttp
 
 from tests.service.daemonproc import DaemonProcess
+from tests.service.test_input_tools import FAST, FIELD, tile
+
+READER = "a-read-only-client-token-for-sim-control"
+WRITER = "a-read-write-client-token-for-sim-control"
+TOKENS = [{"token": READER, "max_policy": "read"}, {"token": WRITER, "max_policy": "write"}]
 
 
-async def post(d: DaemonProcess, path: str, token: str | None = None) -> tuple[int, Any]:
+async def call(d: DaemonProcess, method: str, path: str, token: str | None = None) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as s, s.post(d.base + path, headers=headers) as r:
+    async with aiohttp.ClientSession() as s, s.request(method, d.base + path, headers=headers) as r:
         return r.status, await r.json()
 
 
@@ -23,15 +29,59 @@ async def test_sim_faults_need_the_token_like_write_tools(
 ) -> None:
     d = make_daemon({"auth": {"require_on_loopback": True}})
     # The same caller, the same rule: a write tool and a sim fault are both refused...
-    status, body = await post(d, "/api/tools/keyboard_text")
+    status, body = await call(d, "POST", "/api/tools/keyboard_text")
     assert status == 401 and body["error"]["code"] == "auth_required"
-    status, body = await post(d, "/api/sim/unplug")
+    status, body = await call(d, "POST", "/api/sim/unplug")
     assert status == 401 and body["error"]["code"] == "auth_required" and body["is_error"]
-    status, body = await post(d, "/api/sim/unplug", token="wrong")
+    status, body = await call(d, "POST", "/api/sim/unplug", token="wrong")
     assert status == 401
     assert d.sim_state()["attached"] is True  # refused means not done
     # ...and both pass with the pairing token.
-    status, body = await post(d, "/api/sim/unplug", token=d.token)
+    status, body = await call(d, "POST", "/api/sim/unplug", token=d.token)
     assert status == 200 and body["attached"] is False
-    # Observing is a read: like read tools, no token needed.
     assert d.sim_state()["attached"] is False
+
+
+# Replaces: a read-only client token, curl -X POST -H 'Authorization: Bearer R' .../api/sim/unplug
+# (200: the target unplugged), and curl .../api/sim/state without a token ("hunter2" shown
+# keystroke by keystroke while screenshot was refused 401).
+async def test_sim_control_follows_client_policy_and_keeps_the_typed_text_private(
+    make_daemon: Callable[..., DaemonProcess],
+) -> None:
+    d = make_daemon(
+        {"auth": {"require_on_loopback": True, "client_tokens": TOKENS}, "input": dict(FAST)}
+    )
+    for tool, args in (
+        ("touch_gesture", {"type": "tap", "point": tile("ios", "Notes")}),
+        ("enter_text", {"point": FIELD, "text": "hunter2"}),
+    ):
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                f"{d.base}/api/tools/{tool}",
+                json={"input": args},
+                headers={"Authorization": f"Bearer {d.token}"},
+            ) as r,
+        ):
+            assert r.status == 200 and (await r.json())["is_error"] is False
+    # A read-only client: no write tool, and no fault either; the target stays plugged in.
+    status, body = await call(d, "POST", "/api/tools/keyboard_tap", token=READER)
+    assert status == 403 and body["error"]["code"] == "tool_execution_denied"
+    for action in ("unplug", "capture_off", "animate_on", "profile"):
+        status, body = await call(d, "POST", f"/api/sim/{action}", token=READER)
+        assert status == 403 and body["error"]["code"] == "tool_execution_denied", (action, body)
+    state = d.sim_state()
+    assert state["attached"] is True and state["capture"] is True and state["profile"] == "full"
+    # The state shows what was typed: like a screenshot, not without the token...
+    for method, path in (("GET", "/api/sim/state"), ("POST", "/api/sim/state")):
+        status, body = await call(d, method, path)
+        assert status == 401 and body["error"]["code"] == "auth_required", (path, body)
+        assert "hunter2" not in str(body) and "hunter" not in str(body)
+    status, body = await call(d, "POST", "/api/tools/screenshot")
+    assert status == 401  # the rule it now shares
+    # ...and with any valid token (a read is within a read-only client's policy).
+    status, body = await call(d, "GET", "/api/sim/state", token=READER)
+    assert status == 200 and body["texts"]["Notes"] == "hunter2", body
+    # A read-write client may inject a fault, as it may call a write tool.
+    status, body = await call(d, "POST", "/api/sim/unplug", token=WRITER)
+    assert status == 200 and body["attached"] is False

@@ -48,3 +48,27 @@ def test_history_shows_the_timeline_and_before_after(make_daemon: Make, browser:
     page.click("#history-refresh")
     expect(rows).to_have_count(1)
     expect(rows.nth(0)).to_contain_text("health_check")
+
+
+def test_history_pages_with_more(make_daemon: Make, browser: Browser) -> None:
+    """A page of the timeline is bounded (100 rows, 1 MiB): "More" appends the next one."""
+    d = make_daemon(FAST_INPUT)
+    for _ in range(104):
+        d.post_json("/api/tools/health_check", {"input": {}})
+    deadline = time.monotonic() + 20  # the writer batches: wait until all are on file
+    while d.get_json("/api/trace?limit=1000")["count"] < 104:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    page = browser.new_page()
+    page.goto(d.base + "/")
+    page.locator("#history-section summary").click()
+    rows = page.locator("#history-rows tr")
+    expect(rows).to_have_count(100)
+    more = page.locator("#history-more")
+    expect(more).to_be_visible()
+    expect(page.locator("#history-state")).to_contain_text("(more)")
+    more.click()
+    expect(more).to_be_hidden()
+    assert rows.count() >= 104
+    ids = page.eval_on_selector_all("#history-rows tr", "trs => trs.map(t => t.dataset.id)")
+    assert len(ids) == len(set(ids))  # each record once

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -12,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from daemon.catalog import Catalog, Invocation
+from daemon.catalog import Caller, Catalog, Guard, Invocation, ToolSpec, object_schema
 from daemon.config import TraceConfig
 from daemon.trace import recorder, store
 from daemon.trace.recorder import Recorder
@@ -22,9 +25,9 @@ def _recorder(tmp_path: Path) -> Recorder:
     return Recorder(Catalog("ios"), tmp_path, TraceConfig(prune_interval_s=0.05))
 
 
-def _invocation(n: int, **fields: Any) -> Invocation:
+def _invocation(n: int, args: Any = None, **fields: Any) -> Invocation:
     return Invocation(
-        f"{n:032x}", "tap", "http", "127.0.0.1", {}, time.time(), 1.0, "ok", None, **fields
+        f"{n:032x}", "tap", "http", "127.0.0.1", args or {}, time.time(), 1.0, "ok", None, **fields
     )
 
 
@@ -104,9 +107,9 @@ async def test_readers_wait_for_the_writer_to_open_the_database(
     opening = threading.Event()
     real_open = store.open_writer
 
-    def slow_open(path: Path) -> Any:
+    def slow_open(path: Path, *args: Any) -> Any:
         opening.wait(15)
-        return real_open(path)
+        return real_open(path, *args)
 
     monkeypatch.setattr(store, "open_writer", slow_open)
     rec = _recorder(tmp_path)
@@ -118,7 +121,7 @@ async def test_readers_wait_for_the_writer_to_open_the_database(
     finally:
         rec.stop()
 
-    def failing_open(path: Path) -> Any:
+    def failing_open(path: Path, *args: Any) -> Any:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(store, "open_writer", failing_open)
@@ -128,3 +131,71 @@ async def test_readers_wait_for_the_writer_to_open_the_database(
     assert await broken.wait_ready(15) is False
     assert time.monotonic() - began < 10  # answered when the open failed, not at the bound
     assert "disk I/O error" in broken.status()["reason"]
+
+
+def _rows(path: Path) -> dict[str, dict[str, Any]]:
+    with contextlib.closing(store.open_reader(path / store.DB_NAME)) as conn:
+        return {r["id"]: r for r in store.select(conn, store.Filter(limit=100))}
+
+
+async def test_a_refused_call_is_kept_compact_and_apart_from_the_trail(tmp_path: Path) -> None:
+    """Replaces: a call refused at validation was recorded with its whole arguments (192 KB of
+    a stranger's junk per record) in the same share as what authenticated callers did."""
+
+    async def tap(args: dict[str, Any], ctx: Any) -> Any:
+        return {"ok": True}
+
+    schema = object_schema({"x": {"type": "integer"}})
+    catalog = Catalog("ios", [ToolSpec("tap", "", "input", "write", tap, schema, hid=True)])
+    seen: list[Invocation] = []
+    catalog.observers.append(seen.append)
+    rec = Recorder(catalog, tmp_path, TraceConfig(prune_interval_s=0.05))
+    rec.start()
+    junk = {"junk": "€" * 64_000}
+    stranger = Caller("http", Guard.preset("full-access"), token_required=True)
+    local = Caller("http", Guard.preset("full-access"))  # loopback: no token needed
+    try:
+        refused = await catalog.call("tap", junk, local, request_bytes=192_017)
+        assert refused.error is not None and refused.error.code == "tool_arguments_invalid"
+        unknown = await catalog.call("nope", junk, local, request_bytes=5)
+        denied = await catalog.call("tap", {"x": 1}, stranger, request_bytes=9)
+        assert denied.error is not None and denied.error.code == "auth_required"
+        ran = await catalog.call("tap", {"x": 1}, local, request_bytes=9)
+        assert ran.error is None and unknown.error is not None
+        await asyncio.sleep(0)  # observers are told on the next loop turn
+        _until(lambda: rec.recorded == 4)
+    finally:
+        rec.stop()
+    # Observers never get a refused call's arguments: nothing keeps a stranger's junk alive.
+    assert [(i.ran, i.args is None, i.request_bytes) for i in seen] == [
+        (False, True, 192_017),
+        (False, True, 5),
+        (False, True, 9),
+        (True, False, 9),
+    ]
+    rows = _rows(tmp_path)
+    by_code = {r["error_code"]: r for r in rows.values()}
+    for code, size in (("tool_arguments_invalid", 192_017), ("tool_not_found", 5)):
+        r = by_code[code]
+        assert r["args"] is None and r["request_bytes"] == size and r["trusted"] is False
+    assert by_code["auth_required"]["trusted"] is False
+    [ok] = [r for r in rows.values() if r["outcome"] == "ok"]
+    assert ok["trusted"] is True and ok["args"] == {"x": 1} and ok["result"] == {"ok": True}
+    db = (tmp_path / store.DB_NAME).read_bytes() + (tmp_path / f"{store.DB_NAME}-wal").read_bytes()
+    assert "€".encode() not in db
+
+
+async def test_a_large_argument_is_recorded_as_prefix_size_and_digest(tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    rec.start()
+    args = {"text": "€" * 64_000}
+    try:
+        rec.observe(_invocation(1, args=args))
+        _until(lambda: rec.recorded == 1)
+    finally:
+        rec.stop()
+    [row] = _rows(tmp_path).values()
+    full = json.dumps(args, ensure_ascii=False, separators=(",", ":")).encode()
+    assert row["args"]["truncated"] is True and row["args"]["bytes"] == len(full)
+    assert row["args"]["sha256"] == hashlib.sha256(full).hexdigest()
+    assert full.startswith(row["args"]["prefix"].encode())

@@ -63,9 +63,15 @@ class Tile:
     name: str
     icon: Rect
     label: Rect
+    # The gap under the label belongs to the app too, as on a phone's home screen, where the
+    # whole cell answers a tap: the label's baseline sits on label.y1, its descenders below.
+    gap_y: float = 0.0
 
     def hit(self, x: float, y: float) -> bool:
-        return self.icon.contains(x, y) or self.label.contains(x, y)
+        lab = self.label
+        return self.icon.contains(x, y) or Rect(
+            lab.x0, lab.y0, lab.x1, lab.y1 + self.gap_y
+        ).contains(x, y)
 
 
 @dataclass(frozen=True)
@@ -117,5 +123,5 @@ def make_layout(platform: str, width: int, height: int) -> ScreenLayout:
         top = 60 + row * row_y
         icon = Rect(cx - side_x / 2, top, cx + side_x / 2, top + side_y)
         label = Rect(col * cell_w, top + side_y, (col + 1) * cell_w, top + side_y + label_y)
-        tiles.append(Tile(name, icon, label))
+        tiles.append(Tile(name, icon, label, row_y - side_y - label_y))
     return ScreenLayout(width, height, tuple(tiles))

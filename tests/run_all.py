@@ -76,7 +76,10 @@ def main() -> int:
     # The slowest service tests are listed on every run: they are where the suite's time goes.
     service = Tier("service", [python, "-m", "pytest", "-q", "--durations=15"])
     kernel = Tier("kernel", [python, "tests/kernel/run.py"])
-    tiers = [service, kernel, board]
+    # The small-board memory figures against their budgets, and CPU per operation: printed
+    # (bench_memory.py), failing only if it cannot run.
+    memory = Tier("memory bench", [python, "tests/bench/bench_memory.py"])
+    tiers = [service, kernel, memory, board]
     start = time.monotonic()
     # SIGTERM from CI: stop every tier (each tears its own VM down), then report as usual.
     signal.signal(signal.SIGTERM, lambda *_: stop_all(tiers))
@@ -89,6 +92,8 @@ def main() -> int:
             service.wait()
             kernel.start()
             kernel.wait()
+            memory.start()
+            memory.wait()
             print("== waiting for the board VM", flush=True)
             board.wait()
     except KeyboardInterrupt:

@@ -56,7 +56,10 @@ BATCH = 256
 # written at once: waiting then would hold the writer to one batch per window (1,024 calls a
 # second), and a faster client filled the queue and lost records (319 of 8,000 at 2,100/s).
 BATCH_WINDOW_S = 0.25
-PENDING_FRAMES = 16  # frames waiting for the writer; past it a new record comes without them
+# Frames waiting for the writer (past it a new record comes without them). Each is a whole frame
+# until the writer makes its thumbnail, 6 MB at 1080p: sixteen held 100 MB when an emulated
+# board's writer fell behind, and a 256 MB board ran out of memory. Four: two calls behind.
+PENDING_FRAMES = 4
 _STOP = object()
 
 

@@ -10,6 +10,7 @@ light on dark) far better than Tesseract's page-layout model. Figures: tests/ben
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Sequence
@@ -88,10 +89,30 @@ class RapidEngine:
             # itself. RapidOCR 3.x's pipeline calls text_det(img) and crops `img`, so a wrapper
             # there is enough (pyproject keeps rapidocr < 4; deploy ships the version tested).
             ocr.text_det = InkDetector(ocr._load_det_model(), det_long_side)
+        from rapidocr.utils.process_img import get_rotate_crop_image
+
+        ocr.return_word_box = True
         self._ocr = ocr
+        self._crop = get_rotate_crop_image
+        self._lines: dict[bytes, Line | None] = {}  # the last read's lines by box and pixels
+        self.counts = {"lines": 0, "recognized": 0}  # how many lines were read, how many afresh
         self.version = f"rapidocr {importlib.metadata.version('rapidocr')}, PP-OCRv6 small"
 
     def read(self, image: Image) -> list[Line]:
+        """The lines of `image`. A whole screen is read line by line (see _read_lines), so a
+        read of a frame much like the last one reuses what did not change; anything RapidOCR
+        would first resize or pad (a frame over 2000 px, a thin strip) takes its own path."""
+        ocr = self._ocr
+        h, w = image.shape[:2]
+        resized = max(h, w) > ocr.max_side_len or min(h, w) < ocr.min_side_len
+        padded = ocr.cfg.Global.use_vertical_padding and (
+            h <= ocr.min_height or (ocr.width_height_ratio != -1 and w / h > ocr.width_height_ratio)
+        )
+        if resized or padded or not isinstance(ocr.text_det, InkDetector):
+            return self._read_whole(image)
+        return self._read_lines(image)
+
+    def _read_whole(self, image: Image) -> list[Line]:
         out: Any = self._ocr(image, return_word_box=True)
         if out.boxes is None or out.txts is None or out.scores is None:
             return []
@@ -101,6 +122,51 @@ class RapidEngine:
         ):
             lines.append(_line(points, str(text), float(score), words))
         return lines
+
+    def _read_lines(self, image: Image) -> list[Line]:
+        """RapidOCR's pipeline with its steps in our hands: detection (banded, each band's
+        result kept by the digest of its input), then each box's crop recognized alone (as
+        a batch of one is) and kept by the digest of the box and its pixels. Both are pure
+        functions of those inputs, so what the last read kept answers for whatever did not
+        change, and the result is the very one a fresh read gives."""
+        ocr = self._ocr
+        found = ocr.text_det(image)
+        kept: dict[bytes, Line | None] = {}
+        lines = []
+        for box in found.boxes if found.boxes is not None else ():
+            crop = self._crop(image, box.copy())
+            key = _digest(box.tobytes(), crop.tobytes())
+            line = self._lines.get(key, _MISSING)
+            if line is _MISSING:
+                line = self._recognize(crop, box)
+                self.counts["recognized"] += 1
+            kept[key] = line
+            if isinstance(line, Line):
+                lines.append(line)
+        self._lines = kept  # only the last read's: bounded by one screen's lines
+        self.counts["lines"] += len(kept)
+        return lines
+
+    def _recognize(self, crop: Image, box: Any) -> Line | None:
+        """One box's line, as RapidOCR's pipeline makes it: None for empty text or a score
+        under its text_score."""
+        ocr = self._ocr
+        rec = ocr.recognize_txt([crop])
+        text, score = str(rec.txts[0]), float(rec.scores[0])
+        if not text.strip() or score < ocr.text_score:
+            return None
+        words = ocr.calc_word_boxes([crop], box[np.newaxis], rec)
+        return _line(box, text, score, words[0] if words else None)
+
+
+_MISSING: Any = object()
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part)
+    return h.digest()
 
 
 # ink()'s windows, in pixels. The stroke window is wider than text strokes and the gaps between
@@ -208,9 +274,14 @@ class InkDetector:
     input would hold more than DET_MAX_PIXELS: the boxes are in img's pixels (same size)."""
 
     def __init__(self, detector: Any, det_long_side: int, max_pixels: int = DET_MAX_PIXELS) -> None:
+        from rapidocr.ch_ppocr_det import TextDetOutput
+
         self.detector = detector
         self.long_side = det_long_side
         self.max_pixels = max_pixels
+        self._output = TextDetOutput
+        self._bands: dict[bytes, list[tuple[Any, float]]] = {}  # the last read's, by input
+        self.counts = {"bands": 0, "bands_detected": 0}
 
     def __call__(self, img: Image) -> Any:
         inked = ink(img)
@@ -223,26 +294,44 @@ class InkDetector:
         blank = (small[:, :, 0].min(axis=1) >= BLANK_LEVEL).tolist()
         rows = max(STRIDE, self.max_pixels // det_w)
         sx, sy = width / det_w, height / det_h
-        boxes, scores, found = [], [], None
+        boxes, scores = [], []
+        kept: dict[bytes, list[tuple[Any, float]]] = {}
         for band in plan_bands(blank, rows, BAND_MARGIN, BAND_OVERLAP, STRIDE):
             part = small[band.top : band.bottom]
             pad = -part.shape[0] % STRIDE  # white rows: blank page to the detector
             if pad:
                 part = cv2.copyMakeBorder(part, 0, pad, 0, 0, cv2.BORDER_CONSTANT, value=255)
-            self.detector.limit_side_len = max(part.shape[:2])  # no resize: it is the input
-            found = self.detector(part)
-            if found.boxes is None:
-                continue
-            for box, score in zip(found.boxes, found.scores, strict=True):
-                center = float(box[:, 1].mean()) + band.top
-                if band.keep_top <= center < band.keep_bottom:
-                    frame_box = (box + np.array([0, band.top])) * np.array([sx, sy])
-                    boxes.append(frame_box.astype(box.dtype))
-                    scores.append(score)
+            # A band's boxes are a pure function of its input and where it sits: what the
+            # last read found for the same band answers again.
+            key = _digest(part.tobytes(), repr(band).encode())
+            found = self._bands.get(key)
+            if found is None:
+                found = self._detect(part, band, sx, sy)
+                self.counts["bands_detected"] += 1
+            kept[key] = found
+            self.counts["bands"] += 1
+            for box, score in found:
+                boxes.append(box)
+                scores.append(score)
+        self._bands = kept  # only the last read's: bounded by one frame's bands
         self.detector.limit_side_len = self.long_side
-        if found is None or not boxes:
-            return type(found)() if found is not None else self.detector(inked[:0])
-        return type(found)(inked, self.detector.sorted_boxes(np.array(boxes)), scores)
+        if not boxes:
+            return self._output()
+        return self._output(inked, self.detector.sorted_boxes(np.array(boxes)), scores)
+
+    def _detect(self, part: Any, band: Band, sx: float, sy: float) -> list[tuple[Any, float]]:
+        """The band's boxes in frame pixels, those whose center row is the band's to keep."""
+        self.detector.limit_side_len = max(part.shape[:2])  # no resize: it is the input
+        found = self.detector(part)
+        if found.boxes is None:
+            return []
+        out = []
+        for box, score in zip(found.boxes, found.scores, strict=True):
+            center = float(box[:, 1].mean()) + band.top
+            if band.keep_top <= center < band.keep_bottom:
+                frame_box = (box + np.array([0, band.top])) * np.array([sx, sy])
+                out.append((frame_box.astype(box.dtype), float(score)))
+        return out
 
 
 def _line(points: Any, text: str, score: float, word_results: Any) -> Line:

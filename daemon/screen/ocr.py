@@ -40,7 +40,9 @@ log = structlog.get_logger("daemon.screen.ocr")
 
 ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
-CACHED_FRAMES = 8  # readings kept, newest first: a snapshot id stays usable for this many
+# Readings kept, newest first: a snapshot id stays usable for this many frames. Each holds its
+# frame (6 MB at 1080p), for telling whether the screen still shows it.
+CACHED_FRAMES = 4
 RETIRE_GRACE_S = 5.0  # a worker told to exit gets this long before it is killed
 
 

@@ -58,8 +58,8 @@ BATCH = 256
 BATCH_WINDOW_S = 0.25
 # Frames waiting for the writer (past it a new record comes without them). Each is a whole frame
 # until the writer makes its thumbnail, 6 MB at 1080p: sixteen held 100 MB when an emulated
-# board's writer fell behind, and a 256 MB board ran out of memory. Four: two calls behind.
-PENDING_FRAMES = 4
+# board's writer fell behind, and a 256 MB board ran out of memory. Two: one call behind.
+PENDING_FRAMES = 2
 _STOP = object()
 
 

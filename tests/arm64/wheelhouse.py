@@ -44,11 +44,16 @@ BOARD = deploy.BoardFacts(
 )
 
 
+# The wheelhouse of a board with OCR on (deploy's choice where [ocr] enabled is true, or "auto"
+# with 512 MB or more): the one with the most in it, and the one the tier needs.
+EXTRAS = ("ocr",)
+
+
 @dataclass(frozen=True)
 class Wheelhouse:
     wheel: Path  # fingertip's own
     folder: Path
-    wheels: list[Path]  # everything else the board installs, pip included
+    wheels: list[Path]  # everything else the board installs with EXTRAS, pip included
 
 
 @contextlib.contextmanager
@@ -66,7 +71,7 @@ def build(dist: Path) -> Wheelhouse:
     wheel = deploy.build_wheel(dist)
     folder = CACHE / "wheelhouse"
     with _turns("wheelhouse"):
-        wheels = deploy.build_wheelhouse(wheel, BOARD, folder)
+        wheels = deploy.build_wheelhouse(wheel, BOARD, folder, EXTRAS)
     return Wheelhouse(wheel, folder, wheels)
 
 

@@ -48,11 +48,15 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> wheelhouse.Wheelhouse:
     return built
 
 
-def _requires(wheel: Path) -> list[Requirement]:
-    """A wheel's Requires-Dist that apply on the board (no extras asked for)."""
+def _requires(wheel: Path, extras: tuple[str, ...] = ("",)) -> list[Requirement]:
+    """A wheel's Requires-Dist that apply on the board with these extras asked for."""
     lines = deploy.wheel_requirements(wheel).splitlines()
     reqs = [Requirement(line.split(":", 1)[1].strip()) for line in lines]
-    return [r for r in reqs if r.marker is None or r.marker.evaluate(BOARD_MARKERS)]
+    return [
+        r
+        for r in reqs
+        if r.marker is None or any(r.marker.evaluate({**BOARD_MARKERS, "extra": e}) for e in extras)
+    ]
 
 
 def _by_name(wheels: list[Path]) -> dict[NormalizedName, tuple[Version, Path]]:
@@ -81,13 +85,15 @@ def test_every_wheel_is_one_the_boards_pip_installs(house: wheelhouse.Wheelhouse
         assert "Tag: py3-none-any" in zf.read(wheel_meta).decode()
 
 
-def test_every_dependency_resolves_from_the_wheelhouse(house: wheelhouse.Wheelhouse) -> None:
-    """Walks fingertip's requirements through the wheels' own metadata, with the board's
-    markers: each one is met by a wheel there, and every wheel there is needed (pip aside)."""
+def _closure(
+    house: wheelhouse.Wheelhouse, extras: tuple[str, ...]
+) -> tuple[set[NormalizedName], list[str]]:
+    """fingertip's requirements with `extras`, walked through the wheels' own metadata with
+    the board's markers: the distributions needed, and each requirement no wheel meets."""
     available = _by_name(house.wheels)
     needed: set[NormalizedName] = set()
     unmet: list[str] = []
-    todo = [("fingertip", r) for r in _requires(house.wheel)]
+    todo = [("fingertip", r) for r in _requires(house.wheel, ("", *extras))]
     while todo:
         wanted_by, req = todo.pop()
         name = canonicalize_name(req.name)
@@ -99,9 +105,21 @@ def test_every_dependency_resolves_from_the_wheelhouse(house: wheelhouse.Wheelho
         if name not in needed:
             needed.add(name)
             todo += [(str(name), r) for r in _requires(found[1])]
+    return needed, unmet
+
+
+def test_every_dependency_resolves_from_the_wheelhouse(house: wheelhouse.Wheelhouse) -> None:
+    """With OCR (the wheelhouse's extras): each requirement is met by a wheel there, and
+    every wheel there is needed (pip aside). Without OCR, as a 256 MB board's deploy installs
+    it: a part of the same wheels, the OCR engine's left out."""
+    assert wheelhouse.EXTRAS == ("ocr",)
+    with_ocr, unmet = _closure(house, wheelhouse.EXTRAS)
     assert unmet == []
-    assert set(available) - needed == {"pip"}  # pip: it installs the fingertip wheel there
-    assert {"numpy", "opencv-python-headless", "onnxruntime", "msgpack", "orjson"} <= needed
+    assert set(_by_name(house.wheels)) - with_ocr == {"pip"}  # pip installs fingertip there
+    assert {"numpy", "opencv-python-headless", "onnxruntime", "msgpack", "orjson"} <= with_ocr
+    without, unmet = _closure(house, ())
+    assert unmet == []
+    assert without < with_ocr and not {"onnxruntime", "rapidocr"} & without
 
 
 def test_the_board_gets_the_versions_tested_here(house: wheelhouse.Wheelhouse) -> None:

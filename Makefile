@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
 .PHONY: systemd-setup board-setup board-test board-test-small test-under-load deploy undeploy
+.PHONY: arm64-setup arm64-test
 
 setup: $(STAMP)
 
@@ -29,9 +30,10 @@ $(STAMP): pyproject.toml | xkb-setup
 run: setup
 	$(BIN)/fingertipd --config etc/fingertip.dev.toml
 
-# Every tier: the whole board under QEMU (make deploy onto it and the acceptance checks) in the
-# background from the start, beside the pure and service tiers and then the kernel tier: the
-# board VM is the long pole, so the suite takes about its time, not the sum (tests/run_all.py).
+# Every tier: the whole board under QEMU (make deploy onto it and the acceptance checks), then
+# the arm64 tier, in the background from the start, beside the pure and service tiers and then
+# the kernel tier: the two lines take about as long, so the suite takes about the longer one's
+# time, not the sum (tests/run_all.py).
 # Each VM tier skips loudly where it cannot run, and fails instead under CI=true.
 test: setup browser-setup systemd-setup
 	$(BIN)/python tests/run_all.py
@@ -73,6 +75,16 @@ board-test: setup
 # every check but OCR's. Not in `make test` (see tests/board/run.py).
 board-test-small: setup
 	BOARD_VM_MEMORY_MB=256 $(BIN)/python tests/board/run.py
+
+# aarch64 tier (tests/arm64): an arm64 Debian root run by qemu-user through binfmt_misc, cached
+# in ~/.cache/fingertip/arm64 (apt installs qemu-user-static and debootstrap); arm64-test
+# installs the daemon there from make deploy's aarch64 wheelhouse, starts it, calls
+# health_check and reads one frame's text with OCR. docs/arm64.md.
+arm64-setup: setup
+	$(BIN)/python tests/arm64/root.py
+
+arm64-test: setup
+	$(BIN)/python tests/arm64/run.py
 
 # Both VM tiers with one of the machine's cores kept busy for the whole run (a CPU hog pinned
 # to core 0), as on a shared CI runner or a laptop doing other work: they must pass so too.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import http.client
 import json
@@ -393,12 +394,20 @@ def _pip(*args: str, what: str) -> None:
 def build_wheel(out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    # setuptools builds in the tree and copies into build/lib over what an earlier build left
-    # there: a module since moved or deleted (daemon/tools/input.py) would ship again. Only its
-    # folders go: build/deploy keeps the wheelhouse and the board packages for the next deploy.
-    for left in [PROJECT / "build" / "lib", *(PROJECT / "build").glob("bdist.*")]:
-        shutil.rmtree(left, ignore_errors=True)
-    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(PROJECT), what="pip wheel")
+    (PROJECT / "build").mkdir(exist_ok=True)
+    # Builds of this tree take turns: setuptools builds in build/ (make test builds wheels for
+    # the arm64 wheelhouse test while the board VM deploys).
+    with (PROJECT / "build" / ".wheel-lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # setuptools copies into build/lib over what an earlier build left there: a module
+        # since moved or deleted (daemon/tools/input.py) would ship again. Only its folders
+        # go: build/deploy keeps the wheelhouse and the board packages for the next deploy.
+        for left in [PROJECT / "build" / "lib", *(PROJECT / "build").glob("bdist.*")]:
+            shutil.rmtree(left, ignore_errors=True)
+        _pip(
+            "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(PROJECT),
+            what="pip wheel",
+        )  # fmt: skip
     (wheel,) = out.glob("fingertip-*.whl")
     return wheel
 

@@ -1,12 +1,15 @@
-"""`make test`: the three tiers, with the board VM running beside the other two.
+"""`make test`: the tiers, the emulated ones running beside the others.
 
-The board VM (tests/board: one QEMU core under TCG, about 10 min idle) starts first. The service
-tier (pytest, about 9 min) and then the kernel tier (about 3 min) run while it boots, deploys
-and checks, so the suite takes about as long as the longer of the two lines (about 12 min)
-instead of the sum of all three. The service and kernel tiers print as they go. The board
-VM's output goes to test-artifacts/board-test.log while it runs and is printed whole when it
-ends. Every tier runs even when an earlier one failed, so one run reports every tier. The last
-lines give each tier's result and wall time. The exit status is 0 only when all three passed.
+The board VM (tests/board: one QEMU core under TCG, about 10 min idle) starts first, and the
+arm64 tier (tests/arm64: the daemon on an emulated aarch64, about 2 min with its root cached,
+10 the first time) follows it on the same line: one emulator at a time. The service tier
+(pytest, about 9 min), the kernel tier (about 3 min) and then the memory benchmark run beside
+them, so the suite takes about as long as the longer of the two lines instead of the sum of
+all, on two cores. The service and kernel tiers print as they go. The board VM's and the arm64
+tier's output go to test-artifacts/board-test.log and arm64-test.log while they run and are
+printed whole when the suite ends. Every tier runs even when an earlier one failed, so one run
+reports every tier. The last lines give each tier's result and wall time. The exit status is 0
+only when all passed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,7 @@ from typing import IO
 
 PROJECT = Path(__file__).resolve().parents[1]
 BOARD_LOG = PROJECT / "test-artifacts" / "board-test.log"
+ARM64_LOG = PROJECT / "test-artifacts" / "arm64-test.log"
 
 
 @dataclass
@@ -39,6 +44,8 @@ class Tier:
         print(f"== {self.name}: {' '.join(self.command[1:])}", flush=True)
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.command, cwd=PROJECT, stdout=out, stderr=out)
+        if STOPPING:  # stop_all ran while this one was starting (the background line)
+            self.stop()
 
     def wait(self) -> int | None:
         if self.proc is None:
@@ -73,34 +80,45 @@ def summary(tiers: list[Tier], wall_s: float) -> str:
 def main() -> int:
     python = sys.executable
     board = Tier("board VM", [python, "tests/board/run.py"])
+    arm64 = Tier("arm64", [python, "tests/arm64/run.py"])
     # The slowest service tests are listed on every run: they are where the suite's time goes.
     service = Tier("service", [python, "-m", "pytest", "-q", "--durations=15"])
     kernel = Tier("kernel", [python, "tests/kernel/run.py"])
     # The small-board memory figures against their budgets, and CPU per operation: printed
     # (bench_memory.py), failing only if it cannot run.
     memory = Tier("memory bench", [python, "tests/bench/bench_memory.py"])
-    tiers = [service, kernel, memory, board]
+    tiers = [service, kernel, memory, board, arm64]
     start = time.monotonic()
     # SIGTERM from CI: stop every tier (each tears its own VM down), then report as usual.
     signal.signal(signal.SIGTERM, lambda *_: stop_all(tiers))
     BOARD_LOG.parent.mkdir(exist_ok=True)
     try:
-        with BOARD_LOG.open("wb") as log:
-            board.start(log)
-            print(f"   in the background, output in {BOARD_LOG.relative_to(PROJECT)}", flush=True)
+        with BOARD_LOG.open("wb") as board_log, ARM64_LOG.open("wb") as arm64_log:
+
+            def emulated() -> None:  # the background line: one emulator at a time
+                board.start(board_log)
+                board.wait()
+                arm64.start(arm64_log)
+                arm64.wait()
+
+            background = threading.Thread(target=emulated, daemon=True)
+            background.start()
+            shown = ", ".join(str(p.relative_to(PROJECT)) for p in (BOARD_LOG, ARM64_LOG))
+            print(f"   in the background, then the arm64 tier; output in {shown}", flush=True)
             service.start()
             service.wait()
             kernel.start()
             kernel.wait()
             memory.start()
             memory.wait()
-            print("== waiting for the board VM", flush=True)
-            board.wait()
+            print("== waiting for the board VM and the arm64 tier", flush=True)
+            background.join()
     except KeyboardInterrupt:
         stop_all(tiers)
         for t in tiers:
             t.wait()
-    print(f"== board VM output\n{BOARD_LOG.read_text(errors='replace')}", end="", flush=True)
+    for name, log in (("board VM", BOARD_LOG), ("arm64", ARM64_LOG)):
+        print(f"== {name} output\n{log.read_text(errors='replace')}", end="", flush=True)
     print(summary(tiers, time.monotonic() - start), flush=True)
     return 0 if all(t.code == 0 for t in tiers) else 1
 

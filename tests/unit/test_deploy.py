@@ -5,12 +5,14 @@ daemon/ import. The whole deploy runs for real in the board VM test (tests/board
 from __future__ import annotations
 
 import ast
+import fcntl
 import importlib.metadata as md
 import importlib.util
 import re
 import subprocess
 import sys
 import tarfile
+import threading
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -378,3 +380,23 @@ def test_the_deps_id_is_the_one_board_sh_derives() -> None:
     assert deploy.deps_id(manifest) == done.stdout.strip()
     board_sh = deploy.BOARD_SCRIPT.read_text()
     assert 'deps_id=$(sha256sum <"$INCOMING/manifest" | cut -c1-12)' in board_sh
+
+
+def test_builds_of_the_tree_take_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setuptools builds in the tree's build/, which each build clears first: make test builds
+    the wheel for the arm64 wheelhouse test while the board VM deploys, so they take turns."""
+    building = threading.Event()
+
+    def fake_pip(*args: str, what: str) -> None:  # stands in for setuptools' build
+        building.set()
+        (Path(args[args.index("--wheel-dir") + 1]) / "fingertip-0.1.0-py3-none-any.whl").touch()
+
+    monkeypatch.setattr(deploy, "_pip", fake_pip)
+    (deploy.PROJECT / "build").mkdir(exist_ok=True)
+    other = threading.Thread(target=deploy.build_wheel, args=(tmp_path / "dist",))
+    with (deploy.PROJECT / "build" / ".wheel-lock").open("w") as held:  # another build's turn
+        fcntl.flock(held, fcntl.LOCK_EX)
+        other.start()
+        assert not building.wait(1.0), "a second build ran while the first held build/"
+    other.join(30)
+    assert building.is_set() and (tmp_path / "dist" / "fingertip-0.1.0-py3-none-any.whl").exists()

@@ -16,6 +16,8 @@ ACTIONS = (
     "capture_on",
     "animate_on",
     "animate_off",
+    "keyboard_on",
+    "keyboard_off",
     "profile",
 )
 
@@ -43,6 +45,8 @@ async def control(
         target.capture_on()
     elif action in ("animate_on", "animate_off"):
         target.set_animating(action == "animate_on")
+    elif action in ("keyboard_on", "keyboard_off"):
+        target.set_keyboard(action == "keyboard_on")
     elif action == "profile":
         name = args.get("name")
         if name not in PROFILES:

@@ -18,6 +18,8 @@ from daemon.sim.layout import (
     PHONES,
     ROWS_PER_APP,
     TAP_SLOP,
+    TOGGLED_ON,
+    TOGGLES,
     ScreenLayout,
     browser_for,
     make_layout,
@@ -71,6 +73,7 @@ class AppState:
     text: str = ""
     scroll_px: int = 0
     url: str = ""  # the loaded page, browser only
+    switched_on: set[str] = field(default_factory=lambda: set(TOGGLED_ON))  # Settings only
 
 
 @dataclass
@@ -111,6 +114,8 @@ class Scene:
     rows: tuple[str, ...]
     scroll_px: int
     caps_lock: bool
+    values: tuple[str, ...] = ()  # shown at a row's right end (a switch's On/Off), by index
+    keyboard: bool = False  # the on-screen keyboard is up
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ class VirtualDevice:
     chords: list[str] = field(default_factory=list)
     swallowed: list[str] = field(default_factory=list)
     released_on_reenumeration: int = 0
+    show_keyboard: bool = False  # keep the on-screen keyboard up while a field has focus
     layout: ScreenLayout = field(init=False)
     xkb: XkbText = field(init=False)
 
@@ -405,6 +411,12 @@ class VirtualDevice:
             if not long:
                 self._action("home")
             return
+        if self._keyboard_up() and lay.keyboard.contains(x, y):
+            key = lay.key_at(x, y)
+            self._event(f"{kind} on-screen key {key or 'gap'}")
+            if key is not None and not long:
+                self._type(" " if key == "space" else key.lower())
+            return
         if lay.field.contains(x, y):
             name = "search" if self.screen == "search" else self._field_kind()
             self._event(f"{kind} {name} field")
@@ -416,6 +428,8 @@ class VirtualDevice:
             self._event(f"{kind} {rows[index]}")
             if self.screen == "search" and not long:
                 self._open(rows[index])
+            elif rows[index] in TOGGLES and self.app == "Settings" and not long:
+                self.apps["Settings"].switched_on ^= {rows[index]}
             return
         self._event(f"{kind} at {x:.0f},{y:.0f}")
 
@@ -534,7 +548,18 @@ class VirtualDevice:
         if self._field_kind() == "url":
             page = self.apps[self.app].url or "Start page"
             return tuple(f"line {i + 1}: {page}" for i in range(ROWS_PER_APP))
+        if self.app == "Settings":
+            return TOGGLES + tuple(f"Settings row {i + 1}" for i in range(ROWS_PER_APP))
         return tuple(f"{self.app} row {i + 1}" for i in range(ROWS_PER_APP))
+
+    def _values(self) -> tuple[str, ...]:
+        if self.screen != "app" or self.app != "Settings":
+            return ()
+        on = self.apps["Settings"].switched_on
+        return tuple("ON" if name in on else "OFF" for name in TOGGLES)
+
+    def _keyboard_up(self) -> bool:
+        return self.show_keyboard and self.focus is not None and self.screen != "home"
 
     def _scroll_px(self) -> int:
         if self.screen == "search":
@@ -572,6 +597,8 @@ class VirtualDevice:
             rows=self._rows(),
             scroll_px=self._scroll_px(),
             caps_lock=self.caps_lock,
+            values=self._values(),
+            keyboard=self._keyboard_up(),
         )
 
     def view(self, tick: int | None) -> View:
@@ -596,6 +623,9 @@ class VirtualDevice:
             "field_text": self._field_text() if f else None,
             "selected": bool(f and f.selected),
             "texts": {name: s.text for name, s in self.apps.items()},
+            "toggles": {
+                name: name in self.apps.get("Settings", AppState()).switched_on for name in TOGGLES
+            },
             "url": self.apps[self.app].url if self.app and self._field_kind() == "url" else None,
             "search_text": self.search_text if self.screen == "search" else None,
             "scroll_px": self._scroll_px(),

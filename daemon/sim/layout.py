@@ -37,6 +37,14 @@ TAP_SLOP = 20.0  # a contact moving less than this is a tap, not a swipe
 EDGE_TRAVEL = 100.0  # an edge swipe must travel this far to count
 ROW_H = 70.0  # list row height
 ROWS_PER_APP = 40
+# The Settings app's first rows are switches (tap one to flip it), each showing ON or OFF.
+TOGGLES = ("Wi-Fi", "Bluetooth", "Airplane Mode", "Notifications", "Dark Mode", "Location")
+TOGGLED_ON = frozenset({"Wi-Fi", "Bluetooth", "Notifications"})  # how they start
+# The on-screen keyboard: shown while a field has focus, when the target is set to keep it on
+# screen beside a hardware keyboard (Android's "show virtual keyboard"; sim action
+# keyboard_on). Its keys type their letter into the focused field.
+KEY_ROWS = ("QWERTYUIOP", "ASDFGHJKL", "ZXCVBNM")
+KEYBOARD = (650.0, 1000.0)  # its top and bottom, normalized
 
 
 def browser_for(platform: str) -> str:
@@ -105,6 +113,29 @@ class ScreenLayout:
 
     def tile_at(self, x: float, y: float) -> Tile | None:
         return next((t for t in self.tiles if t.hit(x, y)), None)
+
+    @property
+    def keyboard(self) -> Rect:
+        return Rect(0, KEYBOARD[0], 1000, KEYBOARD[1])
+
+    def key_rects(self) -> tuple[tuple[str, Rect], ...]:
+        """The on-screen keyboard's keys and where they are: the letter rows, then space."""
+        top, bottom = KEYBOARD
+        height = (bottom - top) / (len(KEY_ROWS) + 1)
+        width = 1000 / len(KEY_ROWS[0])
+        out = []
+        for r, row in enumerate(KEY_ROWS):
+            left = (1000 - width * len(row)) / 2
+            y0 = top + r * height
+            for i, letter in enumerate(row):
+                x0 = left + i * width
+                out.append((letter, Rect(x0, y0, x0 + width, y0 + height)))
+        y0 = top + len(KEY_ROWS) * height
+        out.append(("space", Rect(250, y0, 750, y0 + height)))
+        return tuple(out)
+
+    def key_at(self, x: float, y: float) -> str | None:
+        return next((name for name, rect in self.key_rects() if rect.contains(x, y)), None)
 
 
 def make_layout(platform: str, width: int, height: int) -> ScreenLayout:

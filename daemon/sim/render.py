@@ -158,7 +158,28 @@ def _draw_scene(scene: Scene, lay: ScreenLayout, drawn: list[DrawnWord]) -> Imag
     _text(img, scene.title, ((w - title_w) // 2, header_base), 1.4 * s, INK, drawn)
     _draw_field(img, scene, lay, s, drawn)
     _draw_rows(img, scene, lay, s, drawn)
+    if scene.keyboard:
+        _draw_keyboard(img, scene, lay, s, drawn)
     return img
+
+
+def _draw_keyboard(
+    img: Image, scene: Scene, lay: ScreenLayout, s: float, drawn: list[DrawnWord]
+) -> None:
+    """The on-screen keyboard over the bottom of the screen (what it covers is not drawn: a
+    drawn word under it would be ground truth nobody can read)."""
+    _rect(img, scene, lay.keyboard, (210, 212, 218))
+    top = _px(scene, 0, lay.keyboard.y0)[1]
+    drawn[:] = [d for d in drawn if d.box[3] < top]
+    for name, rect in lay.key_rects():
+        x0, y0 = _px(scene, rect.x0, rect.y0)
+        x1, y1 = _px(scene, rect.x1, rect.y1)
+        pad = max(2, round(5 * s))
+        cv2.rectangle(img, (x0 + pad, y0 + pad), (x1 - pad, y1 - pad), (255, 255, 255), -1)
+        label = "space" if name == "space" else name
+        scale = 1.0 * s
+        org = ((x0 + x1) // 2 - _width(label, scale) // 2, (y0 + y1) // 2 + round(12 * s))
+        _text(img, label, org, scale, INK, drawn)
 
 
 def _draw_field(
@@ -207,6 +228,11 @@ def _draw_rows(
         cv2.line(vp, (0, y + row - 1), (scene.width, y + row - 1), (220, 220, 220), 1)
         org = (round(30 * s), y + row // 2 + round(12 * s))
         _text(vp, scene.rows[i], org, 1.0 * s, INK, drawn, dy=top)
+        if i < len(scene.values):  # a switch: its state at the row's right end
+            value = scene.values[i]
+            right = scene.width - round(60 * s) - _width(value, 1.0 * s)
+            colour = ACCENT if value == "ON" else INK
+            _text(vp, value, (right, org[1]), 1.0 * s, colour, drawn, dy=top)
     total = len(scene.rows) * row
     if total > vp.shape[0]:  # scroll indicator, so scrolling is visible even in a uniform list
         bar = max(20, vp.shape[0] * vp.shape[0] // total)

@@ -272,6 +272,10 @@ class SimTarget:
     def set_animating(self, on: bool) -> None:
         self._animating = on
 
+    def set_keyboard(self, on: bool) -> None:
+        """Keep the on-screen keyboard up while a field has focus (or never)."""
+        self._device.show_keyboard = on
+
     def tile_center(self, name: str) -> tuple[float, float]:
         """Normalized centre of a home-screen tile's icon, for tests and demos."""
         tile = next((t for t in self._device.layout.tiles if t.name == name), None)
@@ -293,6 +297,7 @@ class SimTarget:
             "attached": self._attached,
             "capture": self._capture,
             "animating": self._animating,
+            "keyboard": self._device.show_keyboard,
             "frames_rendered": self._seq,  # grows only while someone takes frames
             "size": [self._device.width, self._device.height],
             "reports": dict(self._counts),

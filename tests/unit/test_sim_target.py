@@ -14,6 +14,7 @@ from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.sim import SimTarget
 from daemon.sim.control import control
+from daemon.sim.layout import ROW_H
 from gadget import keymap, reports
 from gadget.errors import TargetNotAttached
 
@@ -97,6 +98,43 @@ async def test_tap_on_a_tile_opens_that_app(platform: str) -> None:
     assert (s["screen"], s["app"]) == ("app", "Settings")
     assert "tap Settings" in s["events"] and "open Settings" in s["events"]
     assert not np.array_equal(home.image, (await fresh_frame(t)).image)
+    assert_nothing_held(t)
+
+
+async def test_a_settings_switch_flips_on_a_tap_and_shows_its_state() -> None:
+    t = SimTarget("android")
+    hand = Hand(t)
+    await hand.tap_tile("Settings")
+    assert t.state()["toggles"]["Wi-Fi"] is True
+    lay = t._device.layout
+    before = await fresh_frame(t)
+    y = lay.viewport.y0 + ROW_H / 2  # the first row: Wi-Fi
+    await hand.tap(500, y)
+    assert t.state()["toggles"]["Wi-Fi"] is False
+    after = await fresh_frame(t)
+    changed = np.argwhere(np.any(before.image != after.image, axis=2))
+    # Only the row's value changed (ON to OFF at its right end), a small part of the screen.
+    assert changed[:, 1].min() > t._device.width * 0.8
+    await hand.tap(500, y)
+    assert t.state()["toggles"]["Wi-Fi"] is True
+    assert_nothing_held(t)
+
+
+async def test_the_on_screen_keyboard_comes_with_focus_and_its_keys_type() -> None:
+    t = SimTarget("android")
+    hand = Hand(t)
+    await control(t, "keyboard_on")
+    await hand.tap_tile("Notes")
+    assert t._device.scene().keyboard is False  # nothing focused yet
+    await hand.focus_field()
+    assert t._device.scene().keyboard is True
+    lay = t._device.layout
+    for letter in "HI":
+        key = next(r for name, r in lay.key_rects() if name == letter)
+        await hand.tap((key.x0 + key.x1) / 2, (key.y0 + key.y1) / 2)
+    assert t.state()["field_text"] == "hi"
+    await control(t, "keyboard_off")
+    assert t._device.scene().keyboard is False and t.state()["keyboard"] is False
     assert_nothing_held(t)
 
 

@@ -316,3 +316,63 @@ def find(tree: Tree, query: str, mode: MatchMode = "contains") -> list[dict[str,
             raise ToolError("query_too_expensive", "matching took too long; simplify the query")
     found.sort(key=lambda item: item[0])
     return [dict(m, index=i) for i, (_, m) in enumerate(found)]
+
+
+# --- what changed between two readings --------------------------------------------------------
+
+# A line found again (same text) whose center moved less than this did not move: re-detecting a
+# band that changed elsewhere can shift a box by a few pixels.
+MOVE_MIN_PX = 8
+MOVE_MIN_SHARE = 0.3  # ... or less than this share of the line's height
+
+
+def _placed(line: Line, w: int, h: int) -> dict[str, Any]:
+    return {
+        "box": _px(line.box),
+        "box_normalized": _norm(line.box, w, h),
+        "center": _center(line.box, w, h),
+    }
+
+
+def _distance(a: Line, b: Line) -> float:
+    ax, ay = (a.box[0] + a.box[2]) / 2, (a.box[1] + a.box[3]) / 2
+    bx, by = (b.box[0] + b.box[2]) / 2, (b.box[1] + b.box[3]) / 2
+    return float(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5)
+
+
+def changes(before: Iterable[Line], after: Iterable[Line], w: int, h: int) -> dict[str, Any]:
+    """What text appeared, disappeared and moved between two readings of a screen of w x h
+    pixels, line by line, in reading order, each with its box. A line of `after` is the same as
+    a line of `before` with the same text, the nearest ones paired first; a pair further apart
+    than MOVE_MIN_PX and MOVE_MIN_SHARE of its height moved. Pure."""
+    old, new = ordered(before), ordered(after)
+    pairs = sorted(
+        (
+            (_distance(a, b), i, j)
+            for i, a in enumerate(old)
+            for j, b in enumerate(new)
+            if a.text == b.text
+        ),
+    )
+    paired_old: dict[int, int] = {}
+    paired_new: set[int] = set()
+    for _, i, j in pairs:
+        if i not in paired_old and j not in paired_new:
+            paired_old[i] = j
+            paired_new.add(j)
+    moved = []
+    for i, j in sorted(paired_old.items(), key=lambda ij: ij[1]):
+        a, b = old[i], new[j]
+        height = max(1, b.box[3] - b.box[1])
+        if _distance(a, b) > max(MOVE_MIN_PX, MOVE_MIN_SHARE * height):
+            moved.append({"text": b.text, "from": _placed(a, w, h), **_placed(b, w, h)})
+    return {
+        "appeared": [
+            {"text": b.text, **_placed(b, w, h)} for j, b in enumerate(new) if j not in paired_new
+        ],
+        "disappeared": [
+            {"text": a.text, **_placed(a, w, h)} for i, a in enumerate(old) if i not in paired_old
+        ],
+        "moved": moved,
+        "unchanged": len(paired_old) - len(moved),
+    }

@@ -19,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -452,3 +453,47 @@ async def test_auto_gives_the_network_address_tls_and_loopback_plain(
         ["curl", "-sS", f"http://{offloop_addr}:{d.port}/api/tools"], capture_output=True
     )
     assert b"tls_required" in got.stdout
+
+
+def forward(unix: Path, port: int) -> threading.Thread:
+    """What `ssh -L unix:addr:port` gives deploy.py: a Unix socket reaching the daemon."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(unix))
+    listener.listen(8)
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        with listener:
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                upstream = socket.create_connection(("127.0.0.1", port))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_make_deploy_health_check_speaks_tls_when_told(make_daemon: Make, tmp_path: Path) -> None:
+    """deploy.py's health check reaches a TLS address through its ssh forward: plain first,
+    the daemon's 400 tls_required, then TLS, with the certificate checked against health."""
+    from tests.unit.test_deploy import deploy
+
+    d = make_daemon(TLS_ON)
+    unix = tmp_path / "fwd.sock"
+    forward(unix, d.port)
+    health = deploy.health_check(unix, "127.0.0.1", d.port, 60)
+    assert health["ok"] is True
+    fingerprint, pins = deploy.pins(health, d.port)
+    assert fingerprint == key_pin(served(d.port))
+    assert pins == {}  # loopback only: nothing a host would pin

@@ -147,6 +147,7 @@ class CertInfo:
 
 
 def _read_pem(path: Path) -> bytes:
+    """A certificate, key or info file, read no further than MAX_PEM_BYTES."""
     with path.open("rb") as fh:
         data = fh.read(MAX_PEM_BYTES + 1)
     if len(data) > MAX_PEM_BYTES:
@@ -326,8 +327,9 @@ def read_info(cert: Path, cache: Path) -> CertInfo:
         digest = hashlib.sha256(_read_pem(cert)).hexdigest()
     except (OSError, ValueError) as exc:
         raise TlsError(f"cannot read the certificate {cert}: {exc}") from None
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        cached = CertInfo.from_dict(json.loads(cache.read_text()))
+    # A damaged cache (any content at all) is a miss: the child reads the certificate again.
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
+        cached = CertInfo.from_dict(json.loads(_read_pem(cache)))
         if cached.file_sha256 == digest:
             return cached
     try:

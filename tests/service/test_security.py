@@ -188,6 +188,21 @@ async def test_rotate_token_is_for_people_over_http_only(make_daemon: Make) -> N
         s.post(f"{d.base}/mcp", json=mcp, headers={"Accept": "application/json"}) as r,
     ):
         assert "rotate_token" not in json.dumps(await r.json())
+    # It takes no arguments: anything else is refused, and nothing rotates.
+    token = d.token
+    for hostile in ({"token": "mine"}, {"x": float("nan")}, {"\ud800": 1}, {"a": [[[[[[]]]]]]}):
+        async with (
+            session() as s,
+            s.post(
+                f"{d.base}/api/tools/rotate_token",
+                data=json.dumps({"input": hostile}),
+                headers={"Content-Type": "application/json"},
+            ) as r,
+        ):
+            body = await r.json()
+        assert r.status == 400, body
+        assert body["error"]["code"] in ("tool_arguments_invalid", "tool_call_payload_invalid")
+    assert d.token == token
     # Under a read-write HTTP guard it is neither listed nor callable.
     rw = make_daemon({"guard": {"http": "read-write"}})
     assert "rotate_token" not in {t["name"] for t in rw.get_json("/api/tools")["tools"]}

@@ -173,6 +173,13 @@ async def test_every_route_over_pinned_tls(make_daemon: Make, tmp_path: Path) ->
             assert r.status == 200 and "health_check" in await r.text()
         async with s.get(d.base + "/") as r:  # the Tool Lab's page (a browser: test_toollab)
             assert r.status == 200 and "text/html" in r.content_type
+        async with s.get(d.base + "/api/tool-skills") as r:  # its examples pin the key
+            skill = await r.text()
+    example = f'curl --pinnedpubkey "$FINGERTIP_PIN" -k -X POST {d.base}/api/tools/health_check'
+    assert example in skill
+    command = example.replace("$FINGERTIP_PIN", cert["fingerprint"]).replace('"', "")
+    ran = subprocess.run([*command.split(), "-d", '{"input":{}}'], capture_output=True)
+    assert ran.returncode == 0 and json.loads(ran.stdout)["is_error"] is False
 
 
 def test_plain_http_to_a_tls_port_is_answered_not_hung(make_daemon: Make) -> None:

@@ -246,9 +246,10 @@ def test_info_is_cached_by_the_file_hash(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(tls, "run_child", no_child)
     assert tls.read_info(tmp_path / "cert.pem", cache) == first  # no child: the cache
-    cache.write_text('{"fingerprint": 1')  # a damaged cache is a miss, not a failure
     monkeypatch.undo()
-    assert tls.read_info(tmp_path / "cert.pem", cache) == first
+    for damaged in (b'{"fingerprint": 1', b"[]", b"\xff" * 10, b"[" * 100000, b" " * (2 << 20)):
+        cache.write_bytes(damaged)  # a damaged cache is a miss, not a failure
+        assert tls.read_info(tmp_path / "cert.pem", cache) == first
     make(tmp_path)  # a new file: the cache no longer describes it
     assert tls.read_info(tmp_path / "cert.pem", cache).file_sha256 != first.file_sha256
 

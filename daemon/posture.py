@@ -8,7 +8,9 @@ visibility rule.
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from daemon.auth import Auth
@@ -28,34 +30,46 @@ TOKEN_NEEDED_FOR = (
 )
 
 
-def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> dict[str, Any]:
+def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> Callable[[], dict[str, Any]]:
+    """health_check's `security` section, as a function: what the config and the catalog fix is
+    worked out once, here (health_check is called often); the certificate, the token's
+    rotation and the warnings are read at each call."""
     server = config.server
     listeners = [
         {"address": a, "port": server.port, "tls": secured, "loopback": loopback(a)}
         for a, secured in tls.listeners
     ]
     access = Access.from_config(config.ipc)
-    return {
-        "listeners": listeners,
-        "ipc": {
-            "socket": config.ipc.socket,
-            "mode": config.ipc.mode,
-            "uids": sorted(access.allowed_uids),
-            "gids": sorted(access.allowed_gids),
-        },
-        "tls": tls.status(),
-        "token": {
-            "required_off_loopback": True,
-            "required_on_loopback": auth.require_on_loopback,
-            "needed_for": TOKEN_NEEDED_FOR,
-            "pairing_token": "[auth].token" if auth.token_file is None else str(auth.token_file),
-            "rotated_at": iso_utc(auth.rotated_at) if auth.rotated_at else None,
-        },
-        "guards": {t: getattr(config.guard, t) for t in TRANSPORTS},
-        "shell": shell_reach(config, auth, catalog, listeners, access),
-        "client_tokens": auth.client_policies(),
-        "warnings": warnings(config, tls, listeners),
+    ipc = {
+        "socket": config.ipc.socket,
+        "mode": config.ipc.mode,
+        "uids": sorted(access.allowed_uids),
+        "gids": sorted(access.allowed_gids),
     }
+    guards = {t: getattr(config.guard, t) for t in TRANSPORTS}
+    shell = shell_reach(config, auth, catalog, listeners, access)
+    clients = auth.client_policies()
+    pairing = "[auth].token" if auth.token_file is None else str(auth.token_file)
+
+    def current() -> dict[str, Any]:
+        return {
+            "listeners": copy.deepcopy(listeners),
+            "ipc": copy.deepcopy(ipc),
+            "tls": tls.status(),
+            "token": {
+                "required_off_loopback": True,
+                "required_on_loopback": auth.require_on_loopback,
+                "needed_for": TOKEN_NEEDED_FOR,
+                "pairing_token": pairing,
+                "rotated_at": iso_utc(auth.rotated_at) if auth.rotated_at else None,
+            },
+            "guards": dict(guards),
+            "shell": copy.deepcopy(shell),
+            "client_tokens": copy.deepcopy(clients),
+            "warnings": warnings(config, tls, listeners),
+        }
+
+    return current
 
 
 def shell_reach(

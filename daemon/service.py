@@ -86,7 +86,7 @@ def build(config: Config) -> Daemon:
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
     tls = Tls(config)  # its certificate is made or read at start
-    rt.status["security"] = lambda: posture(config, auth, tls, catalog)
+    rt.status["security"] = posture(config, auth, tls, catalog)
     ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
     app = web.Application(

@@ -694,6 +694,9 @@ class Gate(asyncio.Protocol):
         except (OSError, ssl.SSLError, EOFError) as exc:  # a client that is not one, or left
             sock.close()
             self.failed(error=type(exc).__name__, reason=str(exc)[:200])
+        except BaseException:  # cancelled at shutdown
+            sock.close()
+            raise
         finally:
             self._finish()
 

@@ -504,3 +504,24 @@ def test_make_deploy_health_check_speaks_tls_when_told(make_daemon: Make, tmp_pa
     fingerprint, pins = deploy.pins(health, d.port)
     assert fingerprint == key_pin(served(d.port))
     assert pins == {}  # loopback only: nothing a host would pin
+
+
+def test_stop_ends_connections_still_at_the_gate(make_daemon: Make) -> None:
+    """A connection that sent nothing yet, or half a handshake, does not hold the daemon's stop
+    for its header timeout (60 s here)."""
+    d = make_daemon({"server": {"tls": "on", "header_timeout_s": 60.0}})
+    silent = socket.create_connection(("127.0.0.1", d.port))
+    half = socket.create_connection(("127.0.0.1", d.port))
+    half.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    try:
+        assert d.health()["ok"] is True
+        start = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - start < 30
+        for s in (silent, half):
+            s.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(100) == b""  # closed by the daemon
+    finally:
+        silent.close()
+        half.close()

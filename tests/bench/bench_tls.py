@@ -42,13 +42,6 @@ QUERY = "fps=30&quality=70&max_width=540"
 BODY = '{"input": {}}'
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def handshake_ms(port: int, tls: bool) -> float:
     """Median time of a TCP connect (+ a TLS handshake) on loopback, client side."""
     times = []
@@ -164,7 +157,7 @@ def main() -> None:
                 maps = Path(f"/proc/{d.proc.pid}/maps").read_text()
                 loaded = "cryptography" in maps or "_rust.abi3" in maps
                 print(
-                    f"idle daemon ({name}): RSS {rss_mib(d.proc.pid):.1f} MiB, "
+                    f"idle daemon ({name}): RSS {d.memory_kib('VmRSS') / 1024:.1f} MiB, "
                     f"cryptography mapped: {'yes' if loaded else 'no'}"
                 )
             with (
@@ -181,8 +174,7 @@ def main() -> None:
             asyncio.run(fresh(plain, secure))
             asyncio.run(streams(plain, secure))
             for name, d in (("plain", plain), ("TLS", secure)):
-                assert d.proc is not None
-                print(f"daemon RSS after the run ({name}): {rss_mib(d.proc.pid):.1f} MiB")
+                print(f"daemon RSS after the run ({name}): {d.memory_kib('VmRSS') / 1024:.1f} MiB")
         finally:
             plain.stop()
             secure.stop()

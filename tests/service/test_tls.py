@@ -262,6 +262,20 @@ async def test_over_the_cap_a_tls_client_reads_the_503(make_daemon: Make) -> Non
             assert (await r.json())["error"]["code"] == "too_many_connections"
 
 
+def ending_soon(d: DaemonProcess, names: list[str]) -> dict[str, Any]:
+    """The daemon's own certificate made again, with its key, to end in 10 days."""
+    return tls.run_child(
+        {
+            "op": "make",
+            "key": str(d.state_dir / "tls-key.pem"),
+            "cert": str(d.state_dir / "tls-cert.pem"),
+            "names": names,
+            "common_name": "ending",
+            "days": 10,
+        }
+    )
+
+
 async def test_certificate_kept_across_restarts_renewed_with_its_key(
     make_daemon: Make,
 ) -> None:
@@ -278,16 +292,7 @@ async def test_certificate_kept_across_restarts_renewed_with_its_key(
 
     # Within 30 days of its end: made again at start, with the same key.
     assert d.stop() == 0
-    made = tls.run_child(
-        {
-            "op": "make",
-            "key": str(d.state_dir / "tls-key.pem"),
-            "cert": str(d.state_dir / "tls-cert.pem"),
-            "names": first["names"],
-            "common_name": "ending",
-            "days": 10,
-        }
-    )
+    made = ending_soon(d, first["names"])
     assert made["fingerprint"] == first["fingerprint"]
     d.start()
     renewed = d.health()["security"]["tls"]
@@ -320,16 +325,7 @@ async def test_renewal_while_running(make_daemon: Make) -> None:
     await asyncio.to_thread(t.load)
     assert not t.renewal_due(time.time())
     assert t.renewal_due(time.time() + 380 * 86400)  # 30 days before its end
-    tls.run_child(  # the daemon's folder: what the check then finds due
-        {
-            "op": "make",
-            "key": str(d.state_dir / "tls-key.pem"),
-            "cert": str(d.state_dir / "tls-cert.pem"),
-            "names": first["names"],
-            "common_name": "ending",
-            "days": 10,
-        }
-    )
+    ending_soon(d, first["names"])  # in the daemon's folder: what the check then finds due
     assert await t.reload("renewal") is True
     assert t.info is not None and t.info.fingerprint == first["fingerprint"]
     assert not t.renewal_due(time.time())

@@ -525,12 +525,22 @@ class Tls:
                 log.warning("tls_certificate_ending", not_after=_iso(info.not_after))
 
     def _load(self) -> Loaded:
+        try:
+            return self._load_now()
+        except TlsError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a folder we may not read
+            raise TlsError(f"the certificate could not be made or read: {exc!r}") from exc
+
+    def _load_now(self) -> Loaded:
         server = self.config.server
         if self.user:
             cert, key = Path(server.tls_cert), Path(server.tls_key)
             info = read_info(cert, self.config.state_dir / INFO_FILE)
             if info.ends_within(0, time.time()):
-                log.warning("tls_certificate_expired", path=str(cert), not_after=info.not_after)
+                log.warning(
+                    "tls_certificate_expired", path=str(cert), not_after=_iso(info.not_after)
+                )
             return Loaded(info, server_context(cert, key), "user", cert, key)
         cert = self.config.state_dir / CERT_FILE
         key = self.config.state_dir / KEY_FILE

@@ -312,3 +312,17 @@ def test_known_boards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert known_boards.verdict(known, ["192.168.42.1"], 8081, fp) == "new"
     path.write_bytes(b"\xff\xfe\x00garbage" * 200000)  # hostile: binary, over MAX_BYTES
     assert known_boards.load() == {}
+
+
+def test_a_child_that_answers_nonsense_is_a_tls_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong making or reading the certificate is one TlsError: one line at
+    start, a logged failure (the old certificate serving) on a reload."""
+    config = from_mapping(
+        {"server": {"tls": "on"}, "state": {"dir": str(tmp_path)}, "discovery": {"name": "t"}}
+    )
+    for answer in ({}, {"fingerprint": "x"}, {"names": None}):
+        monkeypatch.setattr(tls, "run_child", lambda request, answer=answer: answer)
+        with pytest.raises(tls.TlsError, match="could not be made or read"):
+            tls.Tls(config).load()

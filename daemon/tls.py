@@ -633,12 +633,16 @@ def _iso(epoch: float) -> str:
 
 
 class Gate(asyncio.Protocol):
-    """A new connection on a TLS listener until its first byte is known. The byte is peeked at
-    (MSG_PEEK on a duplicate of the socket's fd), never read: a handshake record hands the
-    connection to asyncio's TLS (connect_accepted_socket on the duplicate, once the plain
-    transport let go of its fd); anything else is plain HTTP, answered by `refuse_plain` on the
-    plain transport. Nothing within `timeout` (or EOF) closes it. `done` is called once, when
-    the connection is served by TLS, refused or closed."""
+    """A new connection on a TLS listener until its first byte is known.
+
+    The accepting transport only hands the socket over: at once a duplicate of its fd is taken
+    and the transport aborted (that closes its own fd, not the connection), before it can read
+    a byte (Python 3.11.2, Debian 12's, registers a transport's reader even when paused in
+    connection_made, and its read took the ClientHello). The first byte is then peeked at
+    (MSG_PEEK), never read: a handshake record goes to asyncio's TLS, anything else is plain
+    HTTP, answered by `refuse_plain`; both through connect_accepted_socket on the socket.
+    Nothing within `timeout` (or EOF) closes it. `done` is called once: the connection served
+    by TLS, refused or closed."""
 
     def __init__(
         self,
@@ -652,7 +656,6 @@ class Gate(asyncio.Protocol):
         self.context, self.serve, self.refuse_plain = context, serve, refuse_plain
         self.done, self.timeout, self.failed = done, timeout, failed
         self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
         self.sock: socket.socket | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
@@ -660,21 +663,21 @@ class Gate(asyncio.Protocol):
         self.counted = True  # toward the connection cap (an over-cap refusal is not)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.pause_reading()
         raw = transport.get_extra_info("socket")
         try:
             self.sock = socket.socket(fileno=os.dup(raw.fileno()))
-            self.sock.setblocking(False)
-            self.loop.add_reader(self.sock.fileno(), self._first_byte)
         except OSError:  # out of fds: this connection cannot be looked at
-            self.abort()
+            self._finish()
             return
+        finally:
+            assert isinstance(transport, asyncio.Transport)
+            transport.abort()  # its fd only, and before it reads: `sock` holds the connection
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock.fileno(), self._first_byte)
         self.timer = self.loop.call_later(self.timeout, self.abort)
 
     def _first_byte(self) -> None:
-        assert self.sock is not None and self.transport is not None
+        assert self.sock is not None
         try:
             first = self.sock.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
@@ -682,25 +685,20 @@ class Gate(asyncio.Protocol):
         except OSError:
             first = b""
         self._stop_watching()
-        if first == HANDSHAKE_RECORD:
-            sock, self.sock = self.sock, None
-            self.transport.abort()  # closes its own fd only: `sock` holds the connection
-            self.task = self.loop.create_task(self._handshake(sock))
-        elif first:
-            self._close_sock()
-            refuse = self.refuse_plain()
-            self.transport.set_protocol(refuse)
-            refuse.connection_made(self.transport)
-            self.transport.resume_reading()
-            self._finish()
-        else:
+        if not first:  # EOF before a byte
             self.abort()
+            return
+        sock, self.sock = self.sock, None
+        self.task = self.loop.create_task(self._hand_over(sock, first == HANDSHAKE_RECORD))
 
-    async def _handshake(self, sock: socket.socket) -> None:
+    async def _hand_over(self, sock: socket.socket, tls: bool) -> None:
         try:
-            await self.loop.connect_accepted_socket(
-                self.serve, sock, ssl=self.context, ssl_handshake_timeout=self.timeout
-            )
+            if tls:
+                await self.loop.connect_accepted_socket(
+                    self.serve, sock, ssl=self.context, ssl_handshake_timeout=self.timeout
+                )
+            else:
+                await self.loop.connect_accepted_socket(self.refuse_plain, sock)
         except (OSError, ssl.SSLError, EOFError) as exc:  # a client that is not one, or left
             sock.close()
             self.failed(error=type(exc).__name__, reason=str(exc)[:200])
@@ -717,11 +715,6 @@ class Gate(asyncio.Protocol):
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(self.sock.fileno())
 
-    def _close_sock(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
     def _finish(self) -> None:
         if not self.finished:
             self.finished = True
@@ -730,18 +723,18 @@ class Gate(asyncio.Protocol):
     def abort(self) -> None:
         """Close the connection (silence, EOF before a byte, shutdown)."""
         self._stop_watching()
-        self._close_sock()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
         if self.task is not None:
             self.task.cancel()
-        if self.transport is not None:
-            self.transport.abort()
         self._finish()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        pass  # the plain transport ends here in every case; the connection may live on in TLS
+        pass  # the accepting transport ends here at once; the connection lives on in `sock`
 
     def data_received(self, data: bytes) -> None:
-        pass  # reading stays paused while the gate decides
+        pass  # never: the accepting transport was aborted before it could read
 
 
 def _main() -> int:

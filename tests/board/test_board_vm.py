@@ -185,6 +185,13 @@ def deployed(
     template = template.replace(
         default, f"write_timeout_ms = {min(60000, round(5000 * board.slowness))}.0"
     )
+    # Likewise the header timeout, which also bounds a TLS handshake: a board does one in
+    # milliseconds; this emulated one took 7.7 s with its CPU busy (a probe beside the daemon).
+    default = "header_timeout_s = 15.0"
+    assert default in template
+    template = template.replace(
+        default, f"header_timeout_s = {min(600, round(30 * board.slowness))}.0"
+    )
     # Likewise udev's giving the re-created /dev/hidgN nodes the daemon's group after a switch:
     # milliseconds on a board, more than the 10 s default once in a loaded run here (s26load:
     # board.nodes_not_accessible, then the chord failed with hid_io_failed on EACCES).

@@ -4,13 +4,16 @@ Two real daemons (simulated target) on loopback, identical but for [server].tls:
 the baseline) and "on" (the board's own ECDSA P-256 certificate, TLS 1.3):
 
 - a tool call (POST /api/tools/health_check) over one kept-alive connection, in alternating
-  rounds, round trip and server CPU per call (target: TLS <= 1.2x plain);
+  rounds, round trip and server CPU per call (target: TLS <= 1.2x plain); beside it the
+  stack's own share: a bare aiohttp handler answering a body of the same size, plain and with
+  the daemon's SSLContext (what Python's asyncio TLS costs a request, whatever the daemon does);
 - a fresh connection: TCP connect + TLS handshake alone (what a client pays before its first
   request), and a whole call on a new connection each time, TLS and plain;
 - the live stream (fps=30, max_width=540): the daemon's CPU per frame delivered to one viewer,
   TLS and plain, in alternating windows;
 - each daemon's resident memory at idle, and whether `cryptography` is mapped in it (it must
-  not be: the certificate is made by a child).
+  not be: the certificate is made by a child); and what one idle keep-alive connection holds,
+  TLS and plain (IDLE_CONNECTIONS of them).
 Ratios and medians, never pass/fail. Run: .venv/bin/python tests/bench/bench_tls.py
 """
 
@@ -21,6 +24,7 @@ import os
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,17 +33,36 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from daemon.tls import CERT_FILE, KEY_FILE
 from tests.bench.timing import paired_with_cpu, per_call_ms, process_cpu_s
-from tests.service.daemonproc import UNPINNED, DaemonProcess
+from tests.service.daemonproc import REPO, UNPINNED, DaemonProcess, free_port
 from tests.service.mjpeg import Stream
 
 ROUNDS, N = 15, 200
 HANDSHAKES = 200
+IDLE_CONNECTIONS = 100
 FRESH_ROUNDS, FRESH_N = 9, 40
 STREAM_WINDOW_S = float(os.environ.get("BENCH_WINDOW_S", "6"))
 STREAM_ROUNDS = 3
 QUERY = "fps=30&quality=70&max_width=540"
 BODY = '{"input": {}}'
+
+
+def per_connection_kib(d: DaemonProcess, tls: bool) -> float:
+    """The daemon's RSS growth for each of IDLE_CONNECTIONS idle keep-alive connections."""
+    before = d.memory_kib("VmRSS")
+    conns: list[socket.socket] = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            conn = socket.create_connection(("127.0.0.1", d.port))
+            conns.append(UNPINNED.wrap_socket(conn) if tls else conn)
+            conns[-1].sendall(b"GET /api/tools HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            conns[-1].recv(1 << 20)
+        time.sleep(1.0)
+        return (d.memory_kib("VmRSS") - before) / IDLE_CONNECTIONS
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def handshake_ms(port: int, tls: bool) -> float:
@@ -81,6 +104,76 @@ async def keepalive(plain: DaemonProcess, secure: DaemonProcess) -> None:
     print("  server CPU per call over the same rounds")
     print(f"  plain HTTP                 {base_cpu:7.0f} us  baseline")
     print(f"  TLS 1.3                    {tls_cpu:7.0f} us  {cpu_ratio:5.2f}x")
+
+
+BARE_SERVER = """
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from daemon.tls import server_context
+
+BODY = "x" * int(sys.argv[2])
+
+
+async def handler(request):
+    await request.read()
+    return web.Response(text=BODY, content_type="application/json")
+
+
+app = web.Application()
+app.add_routes([web.post("/api/tools/health_check", handler)])
+ctx = server_context(Path(sys.argv[3]), Path(sys.argv[4])) if len(sys.argv) > 3 else None
+web.run_app(
+    app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None,
+    print=lambda *a: print("up", flush=True),
+)
+"""
+
+
+def bare(port: int, size: int, secure: DaemonProcess | None) -> subprocess.Popen[str]:
+    cert = [] if secure is None else [str(secure.state_dir / n) for n in (CERT_FILE, KEY_FILE)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BARE_SERVER, str(port), str(size), *cert],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+    return proc
+
+
+async def stack_share(secure: DaemonProcess) -> None:
+    """The same keep-alive calls against a bare aiohttp handler, plain and TLS."""
+    size = len(secure.post_json("/api/tools/health_check", {"input": {}})["output"]) + 1200
+    plain_port, tls_port = free_port(), free_port()
+    servers = [bare(plain_port, size, None), bare(tls_port, size, secure)]
+    try:
+        connector = aiohttp.TCPConnector(ssl=False, limit=1)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def post(base: str) -> object:
+                async with session.post(f"{base}/api/tools/health_check", data=BODY) as resp:
+                    return await resp.read()
+
+            (base, tls, ratio), (base_cpu, tls_cpu, cpu_ratio) = await paired_with_cpu(
+                lambda: post(f"http://127.0.0.1:{plain_port}"),
+                lambda: post(f"https://127.0.0.1:{tls_port}"),
+                (servers[0].pid, servers[1].pid),
+                ROUNDS,
+                N,
+            )
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()
+    print(f"  the stack alone: a bare aiohttp handler, {size} B answers")
+    print(f"  plain HTTP                 {base:7.3f} ms  {base_cpu:5.0f} us CPU  baseline")
+    print(
+        f"  TLS 1.3                    {tls:7.3f} ms  {tls_cpu:5.0f} us CPU  {ratio:5.2f}x, "
+        f"CPU {cpu_ratio:.2f}x (+{tls_cpu - base_cpu:.0f} us a request)"
+    )
 
 
 async def fresh(plain: DaemonProcess, secure: DaemonProcess) -> None:
@@ -171,10 +264,16 @@ def main() -> None:
             print(f"  TCP connect                {tcp:7.3f} ms")
             print(f"  TCP connect + handshake    {full:7.3f} ms  (handshake {full - tcp:.3f} ms)")
             asyncio.run(keepalive(plain, secure))
+            asyncio.run(stack_share(secure))
             asyncio.run(fresh(plain, secure))
             asyncio.run(streams(plain, secure))
             for name, d in (("plain", plain), ("TLS", secure)):
                 print(f"daemon RSS after the run ({name}): {d.memory_kib('VmRSS') / 1024:.1f} MiB")
+            plain_kib = per_connection_kib(plain, tls=False)
+            tls_kib = per_connection_kib(secure, tls=True)
+            print(f"an idle keep-alive connection ({IDLE_CONNECTIONS} of them), daemon RSS")
+            print(f"  plain HTTP                 {plain_kib:7.0f} KiB")
+            print(f"  TLS 1.3                    {tls_kib:7.0f} KiB")
         finally:
             plain.stop()
             secure.stop()

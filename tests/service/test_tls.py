@@ -165,6 +165,16 @@ async def test_every_route_over_pinned_tls(make_daemon: Make, tmp_path: Path) ->
             assert await r.content.readuntil(b"\xff\xd9")  # a whole JPEG
         async with s.get(f"{d.base}/api/trace?limit=1", headers=auth) as r:
             assert r.status == 200 and (await r.json())["count"] == 1
+        # Large both ways (asyncio's TLS reads through a 32 KiB buffer here: daemon.tls):
+        # a screenshot out, and a body of most of [server].max_body_bytes in.
+        shot = {"input": {"quality": 95}}
+        async with s.post(f"{d.base}/api/tools/screenshot", json=shot, headers=auth) as r:
+            data = json.loads((await r.json())["output"])["data"]
+            assert len(base64.b64decode(data)) > 100_000
+        big = {"input": {"padding": "x" * 900_000}}
+        async with s.post(f"{d.base}/api/tools/health_check", json=big) as r:
+            assert r.status == 400  # read whole, then refused: health_check takes no arguments
+            assert (await r.json())["error"]["code"] == "tool_arguments_invalid"
         async with s.get(f"{d.base}/metrics") as r:
             assert r.status == 200 and "fingertip_tool_invocations" in await r.text()
         mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

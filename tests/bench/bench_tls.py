@@ -253,6 +253,11 @@ def main() -> None:
                     f"idle daemon ({name}): RSS {d.memory_kib('VmRSS') / 1024:.1f} MiB, "
                     f"cryptography mapped: {'yes' if loaded else 'no'}"
                 )
+            plain_kib = per_connection_kib(plain, tls=False)
+            tls_kib = per_connection_kib(secure, tls=True)
+            print(f"an idle keep-alive connection ({IDLE_CONNECTIONS} of them), daemon RSS")
+            print(f"  plain HTTP                 {plain_kib:7.0f} KiB")
+            print(f"  TLS 1.3                    {tls_kib:7.0f} KiB")
             with (
                 socket.create_connection(("127.0.0.1", secure.port)) as raw,
                 UNPINNED.wrap_socket(raw) as conn,
@@ -269,11 +274,6 @@ def main() -> None:
             asyncio.run(streams(plain, secure))
             for name, d in (("plain", plain), ("TLS", secure)):
                 print(f"daemon RSS after the run ({name}): {d.memory_kib('VmRSS') / 1024:.1f} MiB")
-            plain_kib = per_connection_kib(plain, tls=False)
-            tls_kib = per_connection_kib(secure, tls=True)
-            print(f"an idle keep-alive connection ({IDLE_CONNECTIONS} of them), daemon RSS")
-            print(f"  plain HTTP                 {plain_kib:7.0f} KiB")
-            print(f"  TLS 1.3                    {tls_kib:7.0f} KiB")
         finally:
             plain.stop()
             secure.stop()

@@ -5,20 +5,27 @@ Shared by the HTTP API and the WebSocket endpoint (same port, same rules).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import ipaddress
-import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import structlog
 from aiohttp.web import BaseRequest
 
 from daemon.catalog import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
+from daemon.errors import ToolError
 from daemon.invocations import CALLER_HEADER, caller_label
+from daemon.tls import write_private
+
+log = structlog.get_logger("daemon.auth")
 
 TOKEN_FILE = "pairing-token"
 
@@ -35,11 +42,13 @@ def load_or_create_token(config: Config) -> str:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
+    return new_token(path)
+
+
+def new_token(path: Path) -> str:
+    """A new pairing token, written whole into `path` (0600 whatever the umask)."""
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an empty file that was already there keeps its own mode otherwise
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
+    write_private(path, (token + "\n").encode())
     return token
 
 
@@ -61,6 +70,13 @@ class Auth:
             f"client-{n}" for n in range(1, len(config.auth.client_tokens) + 1)
         ]
         self.require_on_loopback = config.auth.require_on_loopback
+        # Where the pairing token lives: None when the config sets it (not ours to change).
+        self.token_file = None if config.auth.token else config.state_dir / TOKEN_FILE
+        self.rotated_at: float | None = None
+        # Connections that outlive a request (a WebSocket, a stream), by the token that let them
+        # in: a rotation closes those of the old token.
+        self._bound: dict[str, set[Callable[[], object]]] = {}
+        self._rotating = asyncio.Lock()
         port = config.server.port
         names = {"localhost", "127.0.0.1", "[::1]", "::1"}
         names |= {_host_name(h) for h in (*config.server.listen, *config.server.allowed_hosts)}
@@ -102,6 +118,46 @@ class Auth:
             max_policy=client.max_policy,
             **CALLER_KINDS[kind or transport],
         )
+
+    def client_policies(self) -> list[dict[str, str]]:
+        """The client tokens by id and policy (never the secret)."""
+        return [
+            {"id": token_id, "max_policy": policy or "critical"}
+            for (_, policy), token_id in zip(self._tokens[1:], self._token_ids[1:], strict=True)
+        ]
+
+    def bind(self, token_id: str, close: Callable[[], object]) -> Callable[[], None]:
+        """Have `close` called when `token_id` is rotated; returns the undo (at the end)."""
+        if not token_id:
+            return lambda: None
+        bound = self._bound.setdefault(token_id, set())
+        bound.add(close)
+        return lambda: bound.discard(close)
+
+    async def rotate(self) -> tuple[str, int]:
+        """A new pairing token, in effect at once: the old one is refused from the next
+        request on and the connections it let in are closed. (new token, connections closed)."""
+        path = self.token_file
+        if path is None:
+            raise ToolError(
+                "token_in_config",
+                "the pairing token is set in the config ([auth].token): change it there and "
+                "restart the daemon",
+            )
+        async with self._rotating:  # the file and the one in use stay the same token
+            try:
+                token = await asyncio.to_thread(new_token, path)
+            except OSError as exc:
+                raise ToolError(
+                    "token_not_written", f"cannot write {path}: {exc.strerror or exc}"
+                ) from None
+            self._tokens[0] = (token, None)
+            self.rotated_at = time.time()
+        closing = self._bound.pop("pairing", set())
+        for close in closing:
+            close()
+        log.warning("token_rotated", token_id="pairing", connections_closed=len(closing))
+        return token, len(closing)
 
     def host_allowed(self, host: str | None) -> bool:
         """Refuse foreign Host headers (DNS rebinding from a page on the target)."""

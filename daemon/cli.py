@@ -50,10 +50,17 @@ commands:
                                arguments, e.g.  printf '{}' | fingertip call health_check
   fingertip discover           browse DNS-SD (mDNS) for boards for --seconds (default 3) and
                                print one JSON object per board: {name, host, addresses, port,
-                               txt}; --interface ADDR (repeatable) limits the browse to the
-                               interfaces with those addresses. A board heard that does not
-                               resolve in 1.5 s is named on stderr, not listed. Needs no daemon
-                               on this machine.
+                               txt, fingerprint, known}; --interface ADDR (repeatable) limits
+                               the browse to the interfaces with those addresses. A board heard
+                               that does not resolve in 1.5 s is named on stderr, not listed.
+                               fingerprint is its TLS certificate's (txt fp=); known compares
+                               it with the pins `make deploy` saved (~/.config/fingertip/
+                               known_boards): "match", "new" or "CHANGED" (also said on
+                               stderr: an impostor, or a board given another key). Needs no
+                               daemon on this machine.
+  fingertip token rotate       a new pairing token, at once: the old one is refused from then
+                               on and the connections it opened are closed. Root and the
+                               daemon's user only; the reply names the file with the new token.
 
 catalog, call and trace print exactly one JSON object on stdout, discriminated by "type":
   complete           {"document": the tool's result}
@@ -134,7 +141,9 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds to wait for the reply (default: as long as the daemon's own limits)",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{catalog,call,trace,discover}")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="{catalog,call,trace,discover,token}"
+    )
     sub.add_parser("catalog", help="list the tools", formatter_class=_formatter)
     call = sub.add_parser(
         "call", help="call TOOL with one JSON object from stdin", formatter_class=_formatter
@@ -156,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     )
     discover.add_argument("--seconds", type=_seconds, default=3.0, help="browse this long")
     discover.add_argument("--interface", action="append", help="an address to browse on")
+    token = sub.add_parser("token", help="rotate the pairing token", formatter_class=_formatter)
+    token.add_argument("action", choices=("rotate",))
     return p
 
 
@@ -213,7 +224,7 @@ def exchange(path: str, request: dict[str, object], timeout: float | None) -> di
             sent = True
         except OSError:
             sent = False  # the daemon may have refused us already: its error frame is readable
-        frame = _read_frame(sock, timeout, deadline, request["op"] == "call")
+        frame = _read_frame(sock, timeout, deadline, request["op"] != "catalog")
     if frame is None:
         if not sent:
             raise Rejected("INSTALLATION_STOPPED", f"the daemon at {path} closed the connection")
@@ -316,7 +327,8 @@ def run(args: argparse.Namespace, stdin: bytes | None) -> dict[str, object]:
     if args.command == "trace":
         return read_trace(args)
     path = args.socket or os.environ.get("FINGERTIP_SOCKET") or DEFAULT_SOCKET
-    request: dict[str, object] = {"id": REQUEST_ID, "op": args.command}
+    op = "token_rotate" if args.command == "token" else args.command
+    request: dict[str, object] = {"id": REQUEST_ID, "op": op}
     if args.command == "call":
         request["tool"] = args.tool
         request["arguments"] = read_arguments(stdin or b"")
@@ -362,6 +374,21 @@ def discover(seconds: float, interfaces: list[str] | None) -> int:
             f"{RESOLVE_MS} ms (no address, port or TXT answer); not listed",
             file=sys.stderr,
         )
+    from daemon import known_boards
+
+    known = known_boards.load()
+    for board in found.boards:
+        fingerprint = board["txt"].get("fp") or ""
+        board["fingerprint"] = fingerprint or None
+        board["known"] = known_boards.verdict(known, board["addresses"], board["port"], fingerprint)
+        if board["known"] == "CHANGED":  # as SSH says a host key changed: loud, on stderr
+            print(
+                f"fingertip: board {board['name']!r} at {board['addresses']} announces "
+                f"fingerprint {fingerprint or 'none (no TLS)'}, not the one kept in "
+                f"{known_boards.default_path()}: an impostor on the link, or the board has a "
+                "new key (check on the board, then make deploy again)",
+                file=sys.stderr,
+            )
     try:
         for board in found.boards:
             sys.stdout.buffer.write(_encode(board).encode("utf-8") + b"\n")

@@ -46,6 +46,8 @@ _BOOL = {"type": "boolean"}
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
 _GUARD = {"enum": list(GUARD_PRESETS)}
 _POLICY = {"enum": ["read", "write", "critical"]}
+# An absolute file path, or empty: no NUL (no file has one) nor other control character.
+_PATH = {"type": "string", "pattern": "^(/[^\\x00-\\x1f\\x7f]*)?$"}
 
 
 def _num(lo: float, hi: float) -> dict[str, Any]:
@@ -119,6 +121,19 @@ class ServerConfig:
         _int(1, 65536),
         "open HTTP and WebSocket connections; more get 503 too_many_connections",
     )
+    tls: str = _key(
+        "auto",
+        {"enum": ["auto", "on", "off"]},
+        "auto: HTTPS on every listen address but loopback; on: on all; off: none (a warning)",
+    )
+    tls_cert: str = _key(
+        "", _PATH, "your certificate chain (PEM, absolute path); empty = the board's own"
+    )
+    tls_key: str = _key("", _PATH, "its private key (PEM, unencrypted, absolute path)")
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import ipaddress
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,14 +106,19 @@ def carrier(interface: str) -> bool:
         return False
 
 
-def txt(config: Config, version: str, board: str) -> dict[str, str]:
-    return {
+def txt(config: Config, version: str, board: str, fingerprint: str = "") -> dict[str, str]:
+    """The TXT of _fingertip._tcp; `fp` is the TLS certificate's fingerprint (daemon.tls), the
+    pin a host checks before it sends a token (absent while the port has no TLS)."""
+    out = {
         "version": version,
         "device_type": config.device.device_type,
         "platform": config.platform,
         **PATHS,
         "board_id": board,
     }
+    if fingerprint:
+        out["fp"] = fingerprint
+    return out
 
 
 def instance_name(config: Config, board: str) -> str:
@@ -126,9 +131,12 @@ def instance_name(config: Config, board: str) -> str:
 class Announcer:
     """Keeps the two services announced on whichever configured addresses are up."""
 
-    def __init__(self, config: Config, version: str) -> None:
+    def __init__(
+        self, config: Config, version: str, fingerprint: Callable[[], str] = lambda: ""
+    ) -> None:
         self.config = config
         self.version = version
+        self.fingerprint = fingerprint  # read at each announcement: a reload may change it
         self.addresses = announceable(config.server.listen)
         self.board = self.name = ""  # made by start(), when there is something to announce
         self._zc: AsyncZeroconf | None = None
@@ -140,7 +148,7 @@ class Announcer:
 
         host = f"fingertip-{self.board[:12]}.local."  # unique per board on a shared link
         port = self.config.server.port
-        props = txt(self.config, self.version, self.board)
+        props = txt(self.config, self.version, self.board, self.fingerprint())
         return [
             ServiceInfo(
                 FINGERTIP_SERVICE,
@@ -206,6 +214,12 @@ class Announcer:
         for info in self.services(up):
             await zc.async_register_service(info, allow_name_change=True)
         log.info("discovery_announced", name=self.name, addresses=up, board_id=self.board)
+
+    async def refresh(self) -> None:
+        """Announce again with what changed (the fingerprint after a certificate reload): the
+        services are withdrawn now and the watcher's next look registers them anew."""
+        if self._watcher is not None:
+            await self._close()
 
     async def _close(self) -> None:
         zc, self._zc, self._live = self._zc, None, []

@@ -12,6 +12,7 @@ from daemon.backends import Backend
 from daemon.config import Config
 
 if TYPE_CHECKING:
+    from daemon.auth import Auth
     from daemon.engine import InputEngine
     from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
@@ -38,6 +39,7 @@ class Runtime:
     engine: InputEngine  # the one serialized HID flow every input tool shares
     shell: ShellService
     ocr: Ocr  # the text tools' OCR service; its engine loads on the first read
+    auth: Auth  # the network's tokens (rotate_token)
     run_state: RunState = field(default_factory=RunState)
     # health_check's sections from parts built after the catalog (the flight recorder's state):
     # filled by the composition root, read by health_check.

@@ -8,7 +8,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,13 @@ from daemon.catalog import Catalog, Guard
 from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
+from daemon.errors import ToolError
+from daemon.posture import posture
 from daemon.runtime import Runtime
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
+from daemon.tls import Tls
 from daemon.tools import build_catalog
 from daemon.tools.shell import ShellService
 from daemon.trace.recorder import Recorder
@@ -43,6 +46,13 @@ from gadget.errors import GadgetError
 from gadget.log import configure_logging
 
 log = structlog.get_logger("daemon.service")
+
+# Plain HTTP sent to a TLS listener: answered, in plain text, by daemon.tls.Gate.
+TLS_ONLY = ToolError(
+    "tls_required",
+    "this port speaks HTTPS only: use https:// (the certificate's fingerprint is in "
+    "health_check, `fingertip discover` and the daemon's log)",
+)
 
 
 def build_backend(config: Config) -> Backend:
@@ -63,6 +73,7 @@ def build(config: Config) -> Daemon:
     # Counted at the backend's edge, before the engine and the screen take its parts.
     meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
     metrics.instrument(backend, meter)
+    auth = Auth(config, load_or_create_token(config))
     rt = Runtime(
         config,
         backend,
@@ -70,12 +81,14 @@ def build(config: Config) -> Daemon:
         engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
         shell=ShellService(config),
         ocr=Ocr(config.ocr),
+        auth=auth,
     )
     rt.status["ocr"] = rt.ocr.status
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
-    auth = Auth(config, load_or_create_token(config))
+    tls = Tls(config)  # its certificate is made or read at start
+    rt.status["security"] = posture(config, auth, tls, catalog)
     ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
     app = web.Application(
@@ -112,19 +125,21 @@ def build(config: Config) -> Daemon:
 
         assert isinstance(backend, SimulatedBackend)
         app.add_routes(sim_routes(backend.target, auth, http_guard))
-    parts = Parts(recorder, stream, meter, Announcer(config, VERSION))
+    announcer = Announcer(config, VERSION, lambda: tls.info.fingerprint if tls.info else "")
+    parts = Parts(recorder, stream, meter, announcer, tls)
     return Daemon(rt, catalog, app, ws, ipc, parts)
 
 
 @dataclass(frozen=True)
 class Parts:
     """What the daemon runs beside the transports: the flight recorder, the live stream, the
-    metrics and the DNS-SD announcer."""
+    metrics, the DNS-SD announcer and the HTTP port's TLS."""
 
     recorder: Recorder
     stream: StreamHub
     metrics: metrics.Metrics
     announcer: Announcer
+    tls: Tls
 
 
 class Daemon:
@@ -145,7 +160,9 @@ class Daemon:
         self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
         self.recorder, self.stream = parts.recorder, parts.stream
         self.metrics, self.announcer = parts.metrics, parts.announcer
+        self.tls = parts.tls
         self._stack = contextlib.AsyncExitStack()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
         async def logged() -> None:  # one failing stop must not keep the others from running
@@ -194,9 +211,18 @@ class Daemon:
         answer = limits.http_answer(
             "503 Service Unavailable", json.dumps(error_body(busy)).encode()
         )
-        for addr in server.listen:
+        if self.tls.enabled:  # before any listener: a certificate that cannot be used stops us
+            await asyncio.to_thread(self.tls.load)
+        plain = limits.http_answer("400 Bad Request", json.dumps(error_body(TLS_ONLY)).encode())
+        for addr, secured in self.tls.listeners:
             await limits.CappedSite(
-                runner, addr, server.port, server.max_connections, answer
+                runner,
+                addr,
+                server.port,
+                server.max_connections,
+                answer,
+                tls=self.tls if secured else None,
+                plain_answer=plain,
             ).start()
         await self.ipc.start()
         http_server = runner.server
@@ -212,6 +238,9 @@ class Daemon:
         self._on_stop(self._drain)  # running HID invocations finish or are cut
         await self.announcer.start()  # once the listeners are up: a host may connect at once
         self._on_stop(self.announcer.stop)  # the first to go: withdrawn before we close
+        self._on_stop(self._cancel_tasks)  # before the announcer stops: a refresh may run
+        if self.tls.enabled:
+            self._spawn(self.tls.watch(self._certificate_changed))
         log.info(
             "listening",
             addresses=self.config.server.listen,
@@ -221,6 +250,31 @@ class Daemon:
             tools=len(self.catalog.tools(Guard.preset("full-access"))),
             ocr=self.rt.ocr.enabled,
         )
+        security = self.rt.status["security"]()
+        log.info("security_posture", **security)
+        for warning in security["warnings"]:
+            log.warning("security_warning", message=warning)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def reload(self) -> None:
+        """SIGHUP: the TLS certificate again (a user's renewed one, say); nothing else."""
+        self._spawn(self._reload())
+
+    async def _reload(self) -> None:
+        if await self.tls.reload():
+            self._certificate_changed()
+
+    def _certificate_changed(self) -> None:
+        self._spawn(self.announcer.refresh())  # the TXT's fp= follows the certificate
 
     async def _drain(self) -> None:
         cut = await self.catalog.drain(self.config.server.shutdown_grace_s)
@@ -244,6 +298,7 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, daemon.reload)  # `systemctl reload fingertip`
     systemd.notify("READY=1")
     interval = systemd.watchdog_interval()
     watchdog = asyncio.create_task(systemd.watchdog_loop(interval)) if interval else None

@@ -9,11 +9,13 @@ the board lacks, and let deploy/board.sh install it as a new release next to the
 venv, units, udev rule, network file, config only when missing; switch, restart, roll back
 when the new release does not start. Then the daemon's health check over the network (through
 the ssh connection, to the daemon's loopback port) and one line with the version and the
-address. Every step prints one line; the first failure stops with a clear message, and the
-previous version stays running.
+address, and the board's TLS fingerprint, which is also kept for the host's tools
+(daemon.known_boards: ~/.config/fingertip/known_boards). Every step prints one line; the first
+failure stops with a clear message, and the previous version stays running.
 
-Only the standard library (and daemon.memory, stdlib too: whether the board's RAM runs OCR):
-it runs with the clone's venv but needs nothing from it but pip.
+Only the standard library (and daemon.memory and daemon.known_boards, stdlib too: whether the
+board's RAM runs OCR, and the pins of known boards): it runs with the clone's venv but needs
+nothing from it but pip.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 import shlex
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -36,10 +39,12 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from daemon import known_boards
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))  # daemon.memory, when run as a script from any folder
@@ -247,12 +252,40 @@ def host_port(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
-def summary(version: str, release: str, dest: str, port: int, listen: Sequence[str]) -> str:
-    """The one line a deploy ends with."""
+def summary(
+    version: str,
+    release: str,
+    dest: str,
+    port: int,
+    listen: Sequence[str],
+    secured: Collection[str] = (),
+) -> str:
+    """The one line a deploy ends with (https for the `secured` addresses)."""
     remote = [a for a in listen if a not in LOOPBACK]
     shown = remote or list(listen)
-    urls = " ".join(f"http://{host_port(a, port)}" for a in shown)
+    urls = " ".join(f"{'https' if a in secured else 'http'}://{host_port(a, port)}" for a in shown)
     return f"fingertip {version} (release {release}) is running on {dest}: {urls}"
+
+
+def pins(health: Mapping[str, object], port: int) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(fingerprint, known_boards entries) from the board's health_check: its TLS listeners
+    that are not loopback, each pinned to the certificate's fingerprint."""
+    security = health.get("security")
+    if not isinstance(security, dict):
+        return "", {}
+    tls = security.get("tls") or {}
+    fingerprint = str(tls.get("fingerprint") or "") if isinstance(tls, dict) else ""
+    entries = {}
+    for listener in security.get("listeners") or []:
+        if fingerprint and listener.get("tls") and not listener.get("loopback"):
+            entries[known_boards.endpoint(listener["address"], port)] = (fingerprint, "")
+    return fingerprint, entries
+
+
+def secured_addresses(health: Mapping[str, object]) -> set[str]:
+    security = health.get("security")
+    listeners = security.get("listeners") or [] if isinstance(security, dict) else []
+    return {x["address"] for x in listeners if isinstance(x, dict) and x.get("tls")}
 
 
 # --- ssh -------------------------------------------------------------------------------------
@@ -341,24 +374,46 @@ class Ssh:
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, host: str, timeout: float) -> None:
+    """HTTP, or HTTPS with `tls`, over the ssh forward's Unix socket. The certificate is not
+    verified here: ssh authenticated the board, and the health check that comes back over this
+    connection says which fingerprint to pin (checked against this connection's certificate)."""
+
+    def __init__(self, path: Path, host: str, timeout: float, tls: bool = False) -> None:
         super().__init__(host, timeout=timeout)  # `host` is only the Host header
         self._path = path
+        self._tls = tls
+        self.peer_certificate = b""
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         sock.connect(str(self._path))
+        if self._tls:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            tls = ctx.wrap_socket(sock)
+            self.peer_certificate = tls.getpeercert(binary_form=True) or b""
+            self.sock = tls
+            return
         self.sock = sock
 
 
+def _tls_required(status: int, data: object) -> bool:
+    """The daemon's answer to plain HTTP on a TLS listener (daemon.tls.Gate)."""
+    error = data.get("error") if isinstance(data, dict) else None
+    return status == 400 and isinstance(error, dict) and error.get("code") == "tls_required"
+
+
 def health_check(sock: Path, addr: str, port: int, timeout: float) -> dict[str, object]:
-    """POST /api/tools/health_check until it answers ok or `timeout` passes."""
+    """POST /api/tools/health_check until it answers ok or `timeout` passes; over TLS once the
+    daemon says the address has it."""
     host = host_port(addr, port)  # a Host the daemon accepts
     deadline = time.monotonic() + timeout
     last = "no answer"
+    tls = False
     while time.monotonic() < deadline:
-        conn = _UnixHTTPConnection(sock, host, timeout=15)
+        conn = _UnixHTTPConnection(sock, host, timeout=15, tls=tls)
         try:
             body = json.dumps({"input": {}})
             conn.request(
@@ -366,9 +421,13 @@ def health_check(sock: Path, addr: str, port: int, timeout: float) -> dict[str, 
             )
             resp = conn.getresponse()
             data = json.loads(resp.read())
+            if _tls_required(resp.status, data) and not tls:
+                tls = True
+                continue
             if resp.status == 200 and not data.get("is_error"):
                 output = json.loads(data["output"])
                 if isinstance(output, dict) and output.get("ok") is True:
+                    _check_certificate(output, conn.peer_certificate)
                     return output
             last = f"HTTP {resp.status}: {data.get('error') or data.get('output')}"
         except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
@@ -377,6 +436,22 @@ def health_check(sock: Path, addr: str, port: int, timeout: float) -> dict[str, 
             conn.close()
         time.sleep(1)
     raise DeployError(f"no healthy answer from the daemon within {timeout:.0f} s ({last})")
+
+
+def _check_certificate(health: Mapping[str, object], der: bytes) -> None:
+    """Over TLS: the certificate this connection got is the one health_check describes (what
+    a browser shows; the key's fingerprint needs a parser this script does without)."""
+    if not der:
+        return
+    security = health.get("security")
+    tls = security.get("tls") if isinstance(security, dict) else None
+    said = str(tls.get("certificate_sha256", "")) if isinstance(tls, dict) else ""
+    got = hashlib.sha256(der).hexdigest().upper()
+    if said.replace(":", "") != got:
+        raise DeployError(
+            f"the board's TLS certificate ({got}) is not the one its health check names "
+            f"({said or 'none'}): something between ssh and the daemon answers"
+        )
 
 
 # --- building here ---------------------------------------------------------------------------
@@ -649,7 +724,14 @@ def deploy(args: argparse.Namespace) -> int:
             except DeployError:
                 ssh.board_script("rollback", check="rolling back failed too (see above)")
                 raise
-        print(summary(str(health.get("version", version)), release, dest, port, listen))
+        fingerprint, entries = pins(health, port)
+        if entries:
+            where = known_boards.remember(entries)
+            print(f"TLS fingerprint {fingerprint} (pinned for {', '.join(entries)} in {where})")
+        elif not fingerprint:
+            print("NOTE: no TLS on this board's network addresses ([server].tls)")
+        secured = secured_addresses(health)
+        print(summary(str(health.get("version", version)), release, dest, port, listen, secured))
         return 0
     finally:
         ssh.close()

@@ -17,6 +17,7 @@ from daemon import VERSION
 from daemon.catalog import CallContext, ToolSpec, object_schema, schema_errors
 from daemon.errors import ToolError
 from daemon.runtime import Runtime
+from daemon.wire import iso_utc
 
 log = structlog.get_logger("daemon.tools.system")
 
@@ -69,8 +70,11 @@ def health_tool(rt: Runtime) -> ToolSpec:
         "USB profile, run state, whether screen capture is available, and the keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
         "its last LED report set them (null before its first), the live stream's viewers, "
-        "delivered fps and dropped frames, and on-device OCR (on or off, its worker process "
-        "running or stopped, its last failure). Takes no arguments.",
+        "delivered fps and dropped frames, on-device OCR (on or off, its worker process "
+        "running or stopped, its last failure), and the security posture: each listener and "
+        "whether it has TLS, the certificate's fingerprint, where the token is required, each "
+        "transport's guard, who can reach the shell tool, the client tokens' policies (by id) "
+        "and any warnings. Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -91,6 +95,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},
+                "security": {"type": "object"},
             },
             required=["ok", "version"],
         ),
@@ -376,6 +381,46 @@ def skill_tools(rt: Runtime, taken: Iterable[str] = ()) -> list[ToolSpec]:
     return specs
 
 
+def rotate_token_tool(rt: Runtime) -> ToolSpec:
+    auth = rt.auth
+
+    async def rotate_token(args: dict[str, Any], ctx: CallContext) -> Any:
+        token, closed = await auth.rotate()
+        return {
+            "token_id": "pairing",
+            "token": token,
+            "token_file": str(auth.token_file),
+            "rotated_at": iso_utc(auth.rotated_at or time.time()),
+            "connections_closed": closed,
+        }
+
+    return ToolSpec(
+        name="rotate_token",
+        title="Rotate Pairing Token",
+        description="Replace the pairing token with a new one, at once and without a restart: "
+        "the old token is refused from the next request on, and the WebSocket sessions and "
+        "streams it opened are closed. Returns the new token (also written to the state "
+        "folder, 0600); keep it, the caller's old one no longer works. Client tokens from the "
+        "config are not changed. Refused (token_in_config) when [auth].token sets the pairing "
+        "token. On the board itself: `fingertip token rotate`.",
+        category="system",
+        policy="critical",
+        handler=rotate_token,
+        exposure="http",  # a person's act, not a model's: not in MCP, WS or IPC catalogs
+        result_schema=object_schema(
+            {
+                "token_id": {"type": "string"},
+                "token": {"type": "string", "writeOnly": True},
+                "token_file": {"type": "string"},
+                "rotated_at": {"type": "string"},
+                "connections_closed": {"type": "integer"},
+            },
+            required=["token_id", "token", "rotated_at"],
+        ),
+        keywords=("security", "revoke", "pairing"),
+    )
+
+
 def internal_tools(rt: Runtime) -> list[ToolSpec]:
     """Maintenance tools of the agent runtime: registered, never listed or callable over a
     transport (exposure internal)."""
@@ -396,6 +441,7 @@ def tools(rt: Runtime) -> list[ToolSpec]:
     internal = internal_tools(rt)
     return [
         health_tool(rt),
+        rotate_token_tool(rt),
         weather_tool(rt),
         wakeup_tool(rt),
         *skill_tools(rt, taken=[t.name for t in internal]),

@@ -6,6 +6,11 @@ msgpack map. Requests carry an `id` (int or str) so one connection can pipeline 
 
     {"id": 1, "op": "catalog"}
     {"id": 2, "op": "call", "tool": "health_check", "arguments": {}}
+    {"id": 3, "op": "token_rotate"}
+
+`token_rotate` (`fingertip token rotate`) runs the rotate_token tool for root and the daemon's
+own uid only (they can write the token file anyway), whatever [guard].ipc says; its reply names
+the file that holds the new token and does not carry the token itself.
 
 Each response echoes the id and carries the Tool RPC reply union, plus the daemon's full error
 whenever the reply is a rejection (so a client can say why):
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import grp
 import os
 import pwd
@@ -90,6 +96,18 @@ def caller(guard: Guard, peer: str = "") -> Caller:
     token rule); a model-facing catalog without terminating tools (a one-shot process has no
     agent run to end)."""
     return Caller("ipc", guard, peer=peer, authenticated=True, **CALLER_KINDS["ipc"])
+
+
+ROTATE_TOOL = "rotate_token"
+
+
+def owner_caller(peer: str) -> Caller:
+    """Root or the daemon's own uid asking for an administrative act (token_rotate): the tool
+    an HTTP caller with full access would call, recorded like any invocation."""
+    return Caller(
+        "ipc", Guard.preset("full-access"), "diagnostic", peer=peer, authenticated=True,
+        one_shot=True,
+    )  # fmt: skip
 
 
 def project(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -184,8 +202,10 @@ def decode_request(body: bytes) -> Request:
             details={"id": request_id},
         ) from None
     op, tool = message.get("op"), message.get("tool", "")
-    if op not in ("catalog", "call"):
-        raise _bad_request(request_id, f"op must be 'catalog' or 'call', not {op!r}")
+    if op not in ("catalog", "call", "token_rotate"):
+        raise _bad_request(
+            request_id, f"op must be 'catalog', 'call' or 'token_rotate', not {op!r}"
+        )
     if op == "call" and (not isinstance(tool, str) or not tool):
         raise _bad_request(request_id, "call needs a tool name (str)")
     return Request(request_id, op, tool, message.get("arguments", {}), len(body))
@@ -471,6 +491,8 @@ class IpcServer:
         await send(error_response(None, error))
 
     async def _answer(self, request: Request, peer: Peer) -> bytes:
+        if request.op == "token_rotate":
+            return await self._rotate(request, peer)
         if request.op == "catalog":
             try:
                 return response(request.id, catalog_reply(self.catalog, self.guard))
@@ -482,4 +504,20 @@ class IpcServer:
             caller(self.guard, peer.describe()),
             request_bytes=request.size,
         )
+        return response(request.id, reply_for(outcome), outcome.error)
+
+    async def _rotate(self, request: Request, peer: Peer) -> bytes:
+        if peer.uid not in (0, os.geteuid()):
+            return error_response(
+                request.id,
+                ToolError(
+                    "ipc_peer_not_allowed",
+                    f"uid {peer.uid} may not rotate the token: only root and the daemon's user",
+                ),
+            )
+        outcome = await self.catalog.call(ROTATE_TOOL, {}, owner_caller(peer.describe()))
+        if isinstance(outcome.result, dict):  # the token stays in its file, off the terminal
+            outcome = dataclasses.replace(
+                outcome, result={k: v for k, v in outcome.result.items() if k != "token"}
+            )
         return response(request.id, reply_for(outcome), outcome.error)

@@ -11,6 +11,8 @@ transports, once.
   (`taken`, `reply_deadline`); aiohttp itself would wait on a full socket without end.
 - Connection caps: `CappedSite` answers a TCP connection over [server].max_connections with one
   503 too_many_connections and closes it; the IPC server applies [ipc].max_connections itself.
+  On a TLS listener (daemon.tls) a connection counts from its accept, through daemon.tls.Gate
+  and its handshake; the 503 then goes over TLS, and plain HTTP gets the gate's 400.
 - Accept errors (EMFILE when the fds run out) and refusals are logged once per interval with a
   count, never once per attempt: an attacker sets the pace of attempts.
 - A request aiohttp cannot parse (a header past 8190 bytes, a bad chunk size, a control
@@ -26,14 +28,17 @@ import errno
 import logging
 import resource
 import time
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon.errors import ToolError
+
+if TYPE_CHECKING:
+    from daemon.tls import Gate, Tls
 
 log = structlog.get_logger("daemon.transports.limits")
 
@@ -144,21 +149,35 @@ class _Refuse(asyncio.Protocol):
 
 
 def http_answer(status: str, body: bytes) -> bytes:
+    retry = "Retry-After: 1\r\n" if status.startswith("503") else ""
     head = (
         f"HTTP/1.1 {status}\r\nContent-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n{retry}\r\n"
     )
     return head.encode() + body
 
 
 class CappedSite(web.TCPSite):
     """A TCPSite whose runner serves at most `cap` connections (over all its sites together);
-    one more gets `answer` (a whole HTTP response) and is closed."""
+    one more gets `answer` (a whole HTTP response) and is closed. With `tls`, every connection
+    goes through its Gate: TLS, or `plain_answer` for plain HTTP."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, cap: int, answer: bytes):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        cap: int,
+        answer: bytes,
+        tls: Tls | None = None,
+        plain_answer: bytes = b"",
+    ):
         super().__init__(runner, host, port)
         self._cap = cap
         self._answer = answer
+        self._tls = tls
+        self._plain_answer = plain_answer
+        self._gates: set[Gate] = set()  # connections not yet served by TLS (shutdown ends them)
         self._refused = Throttled("http_connection_refused")
 
     async def start(self) -> None:
@@ -177,16 +196,35 @@ class CappedSite(web.TCPSite):
 
         def factory() -> asyncio.Protocol:
             nonlocal pending
-            if len(server.connections) + pending >= self._cap:
+            admitted = sum(1 for g in self._gates if g.counted)
+            if len(server.connections) + pending + admitted >= self._cap:
                 self._refused(code="too_many_connections", max_connections=self._cap)
-                return _Refuse(self._answer)
-            pending += 1
-            loop.call_soon(loop.call_soon, registered)
-            return server()
+                if self._tls is None:
+                    return _Refuse(self._answer)
+                return self._gate(lambda: _Refuse(self._answer), counted=False)
+            if self._tls is None:
+                pending += 1
+                loop.call_soon(loop.call_soon, registered)
+                return server()
+            # Counted as a gate until connect_accepted_socket has run the handler's
+            # connection_made, which registers it in server.connections.
+            return self._gate(server, counted=True)
 
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog
         )
+
+    def _gate(self, serve: Callable[[], asyncio.BaseProtocol], counted: bool) -> Gate:
+        assert self._tls is not None
+        gate = self._tls.gate(serve, lambda: _Refuse(self._plain_answer), self._gates.discard)
+        gate.counted = counted
+        self._gates.add(gate)
+        return gate
+
+    async def stop(self) -> None:
+        for gate in list(self._gates):
+            gate.abort()
+        await super().stop()
 
 
 def body_deadline(timeout: float) -> Any:

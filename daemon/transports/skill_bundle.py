@@ -21,6 +21,11 @@ Target platform: **{platform}**. Coordinates are normalized 0..1000 on both axes
 top-left corner). Take a screenshot first, act, then read the screenshot that input tools
 return. Write and critical tools need `Authorization: Bearer <token>` off loopback.
 
+Off loopback the board speaks HTTPS with its own certificate: check its key before the token
+goes out, as the examples below do over https (`curl --pinnedpubkey "$FINGERTIP_PIN" -k`, with
+FINGERTIP_PIN the board's fingerprint `sha256//...` that `make deploy` printed and `fingertip
+discover` shows).
+
 Text on the screen: read it with `screen_text` (lines and words with boxes, normalized centers
 and a `snapshot_id`) or `find_text`; tap by text with `tap_text` (pass that `snapshot_id`: a
 screen that changed since is `stale_snapshot`; several matches are `text_ambiguous` until you
@@ -49,6 +54,7 @@ def _args_doc(schema: dict[str, Any]) -> list[str]:
 
 def skill_bundle(specs: Sequence[ToolSpec], catalog: Catalog, base_url: str) -> str:
     names = [s.name for s in specs]
+    pin = ' --pinnedpubkey "$FINGERTIP_PIN" -k' if base_url.startswith("https://") else ""
     out = [
         "---",
         "name: fingertip",
@@ -69,7 +75,7 @@ def skill_bundle(specs: Sequence[ToolSpec], catalog: Catalog, base_url: str) -> 
         if spec.input_mode == "text":
             body = json.dumps({"raw_input": spec.example_text()}, ensure_ascii=False)
         curl = (
-            f"curl -X POST {base_url}/api/tools/{spec.name} "
+            f"curl{pin} -X POST {base_url}/api/tools/{spec.name} "
             f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
         )
         out += [

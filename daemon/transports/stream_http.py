@@ -5,11 +5,14 @@ running now (its "driving" badge).
 Who may watch is Caller.admit, the rule of every data route of the port: nothing while the
 HTTP guard is disabled, and a phone's screen is private, so off loopback the stream and the
 snapshot need the pairing token (Authorization: Bearer, or ?token= for a plain <img>, which
-cannot send headers). /api/live shows no screen and is open like health_check. Statuses:
+cannot send headers: the only routes that take a token in the URL). A stream ends when the token
+that opened it is rotated. /api/live shows no screen and is open like health_check. Statuses:
 daemon.wire.DATA_STATUS.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from aiohttp import web
 
@@ -24,19 +27,29 @@ from daemon.transports.responses import data_error
 def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
     """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
 
-    def admit(request: web.Request, what: str) -> Params:
-        auth.caller("http", guard, request, query_token=True).admit(what, private=True)
-        return parse_params(request.query, hub.config)
+    def admit(request: web.Request, what: str) -> tuple[Params, str]:
+        caller = auth.caller("http", guard, request, query_token=True)
+        caller.admit(what, private=True)
+        return parse_params(request.query, hub.config), caller.token_id
 
     async def stream(request: web.Request) -> web.StreamResponse:
         try:
-            return await hub.watch(request, admit(request, "stream"))
+            params, token_id = admit(request, "stream")
         except ToolError as exc:
             return data_error(exc)
+        task = asyncio.current_task()
+        assert task is not None
+        unbind = auth.bind(token_id, task.cancel)  # its connection closes with it
+        try:
+            return await hub.watch(request, params)
+        except ToolError as exc:
+            return data_error(exc)
+        finally:
+            unbind()
 
     async def snapshot(request: web.Request) -> web.Response:
         try:
-            frame, encoded = await hub.snapshot(admit(request, "snapshot"))
+            frame, encoded = await hub.snapshot(admit(request, "snapshot")[0])
         except ToolError as exc:
             return data_error(exc)
         return web.Response(

@@ -5,15 +5,17 @@ tool.call -> tool.result | tool.error, tool.batch -> tool.batch.result, with pos
 evidence, the gzip-base64-json wrapper and ASFT binary transfers. No tool logic lives here.
 
 Sessions: the upgrade is refused (401) unless it carries a pairing or client token
-(`Authorization: Bearer TOKEN` or `?token=`); the token's maxToolPolicy lowers the [guard].ws
-preset for the whole session. Requests on one socket run concurrently (a host may query while
+(`Authorization: Bearer TOKEN`; never in the URL, where proxies and logs keep it); the token's
+maxToolPolicy lowers the [guard].ws preset for the whole session, which ends (1008) when that
+token is rotated. Requests on one socket run concurrently (a host may query while
 a call runs); calls from every host meet in the catalog, which serializes HID invocations.
 When a host goes away its running requests are cancelled, except HID invocations, which the
 catalog runs to their end.
 
 Close codes: 1003 a binary message from the host, 1007 a text message that is not a JSON
 object (or not UTF-8), 1009 a message above [ws].max_message_bytes, 1006 no pong within half
-the heartbeat interval, 1001 the daemon is stopping. Everything else is answered with tool.error.
+the heartbeat interval, 1001 the daemon is stopping, 1008 the session's token was rotated.
+Everything else is answered with tool.error.
 """
 
 from __future__ import annotations
@@ -168,9 +170,18 @@ class WsTransport:
         self.call_schema = call_schema(shot_schema)
         self.revisions = ws_catalog.DefinitionRevisions(catalog)
         self.sessions: set[WsSession] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(PATH, self.handle)]
+
+    def _token_rotated(self, session: WsSession) -> None:
+        """The token that let this host in was rotated: its session ends (1008)."""
+        task = asyncio.create_task(
+            session.close(WSCloseCode.POLICY_VIOLATION, "the token was rotated")
+        )
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close_all(self) -> None:
         """At shutdown (after HID invocations drained): tell every host we are going away."""
@@ -180,14 +191,14 @@ class WsTransport:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         # A host's tools: the model-facing ones, other targets' listed as unavailable, text
-        # tools in the flattened-string form; the token (header or ?token=) is required.
-        caller = self.auth.caller("ws", self.guard, request, query_token=True)
+        # tools in the flattened-string form; the token (in the header) is required.
+        caller = self.auth.caller("ws", self.guard, request)
         if not caller.authenticated:
             log.info("ws_refused", remote=request.remote, reason="no valid token")
             error = ToolError(
                 "auth_required",
                 "the WebSocket tool protocol needs a pairing token: 'Authorization: Bearer "
-                "<token>' or ?token=<token> on the upgrade request",
+                "<token>' on the upgrade request",
             )
             return web.json_response(
                 error_body(error), status=401, headers={"WWW-Authenticate": "Bearer"}
@@ -205,12 +216,14 @@ class WsTransport:
         await ws.prepare(request)
         session = WsSession(self, ws, caller)
         self.sessions.add(session)
+        unbind = self.auth.bind(caller.token_id, lambda: self._token_rotated(session))
         log.info("ws_connected", remote=session.remote, max_policy=session.guard.max_policy)
         try:
             await session.run()
         finally:
             # No await before the log line: aiohttp cancels this handler when the host's
             # connection drops, which would cut a cleanup that waits.
+            unbind()
             self.sessions.discard(session)
             session.cancel_requests()
             code = session.closed_with or ws.close_code

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -25,6 +26,8 @@ import numpy as np
 import pytest
 from conftest import PROJECT, GuestStream
 from vm import BoardVM
+
+from daemon import known_boards
 
 FULL, ISOLATED = "0104", "0105"  # idProduct of the full and keyboard-isolated profiles
 # Interfaces of the full profile's HID functions (keyboard, consumer, pointer; ECM is 2-3).
@@ -169,8 +172,10 @@ def run_deploy(
         "HOST=root@127.0.0.1", f"PORT={board.port}", f"SSH_CONFIG={board.ssh_config}",
     ]  # fmt: skip
     start = time.monotonic()
+    # The pins make deploy keeps (known_boards) go to the run's folder, not the user's.
+    env = {**os.environ, "XDG_CONFIG_HOME": str(workdir / "host-config")}
     done = subprocess.run(
-        cmd, cwd=PROJECT, capture_output=True, text=True, timeout=1200, check=False
+        cmd, cwd=PROJECT, capture_output=True, text=True, timeout=1200, check=False, env=env
     )
     took = time.monotonic() - start
     transcript = f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}"
@@ -203,6 +208,13 @@ def deployed(
     assert default in template
     template = template.replace(
         default, f"write_timeout_ms = {min(60000, round(5000 * board.slowness))}.0"
+    )
+    # Likewise the header timeout, which also bounds a TLS handshake: a board does one in
+    # milliseconds; this emulated one took 7.7 s with its CPU busy (a probe beside the daemon).
+    default = "header_timeout_s = 15.0"
+    assert default in template
+    template = template.replace(
+        default, f"header_timeout_s = {min(600, round(30 * board.slowness))}.0"
     )
     # Likewise udev's giving the re-created /dev/hidgN nodes the daemon's group after a switch:
     # milliseconds on a board, more than the 10 s default once in a loaded run here (s26load:
@@ -239,7 +251,25 @@ def deployed(
     seconds = time.monotonic() - start
     assert done.returncode == 0, f"make deploy failed:\n{done.stdout}{done.stderr}"
     token = board.run("cat /var/lib/fingertip/pairing-token").stdout.strip()
-    yield {"stdout": done.stdout, "stderr": done.stderr, "seconds": seconds, "token": token}
+    pin = deployed_pin(workdir)
+    board.run(f"cat > {PIN_FILE}", input=pin)  # what phone.py pins by default
+    yield {
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+        "seconds": seconds,
+        "token": token,
+        "pin": pin,
+    }
+
+
+PIN_FILE = "/root/board-pin"
+
+
+def deployed_pin(workdir: Path) -> str:
+    """The fingerprint make deploy kept for the board's USB address (learnt through ssh)."""
+    known = known_boards.load(workdir / "host-config" / "fingertip" / "known_boards")
+    assert "192.168.42.1:8080" in known, known
+    return known["192.168.42.1:8080"][0]
 
 
 def test_1_make_deploy_installs_and_reports(
@@ -252,9 +282,14 @@ def test_1_make_deploy_installs_and_reports(
     last = deployed["stdout"].strip().splitlines()[-1]
     assert re.fullmatch(
         rf"fingertip \S+ \(release \S+\) is running on root@127\.0\.0\.1:{board.port}: "
-        r"http://192\.168\.42\.1:8080",
+        r"https://192\.168\.42\.1:8080",
         last,
     ), last
+    # The TLS fingerprint, printed and kept for the host's tools.
+    assert (
+        f"TLS fingerprint {deployed['pin']} (pinned for 192.168.42.1:8080 in "
+        in (deployed["stdout"])
+    )
     # The config the board had was kept, not replaced by the template.
     config = board.run("cat /etc/fingertip/fingertip.toml").stdout
     assert config.startswith(CONFIG_MARK)
@@ -571,6 +606,71 @@ def test_3b_an_ocr_worker_out_of_memory_costs_only_its_read(
         since,
     )
     assert no_key_held(board) == []
+
+
+def test_3_tls_pinned_over_ecm_and_an_impostor_refused(
+    board: BoardVM, workdir: Path, deployed: dict[str, Any], phone_link: GuestStream
+) -> None:
+    """Issue 36: the phone reaches the board over ECM with TLS, pinning the fingerprint it got
+    from `fingertip discover` (the one make deploy kept through ssh), and refuses an impostor:
+    another certificate on the same address, never sent the token."""
+    ours = discovered(board)
+    assert len(ours) == 1, f"{ours}\n{link_state(board)}"
+    fingerprint = ours[0]["fingerprint"]
+    assert fingerprint == ours[0]["txt"]["fp"] == deployed["pin"], ours
+    answer = phone(
+        board, "call", "health_check", "--pin", fingerprint, "--retry-until", str(LINK_S)
+    )
+    assert answer.get("tls") in ("TLSv1.3", "TLSv1.2"), answer
+    security = tool_output(answer, board)["security"]
+    assert security["tls"]["fingerprint"] == fingerprint
+    usb = [x for x in security["listeners"] if x["address"] == "192.168.42.1"]
+    assert usb == [{"address": "192.168.42.1", "port": 8080, "tls": True, "loopback": False}]
+    # Plain HTTP from the phone: a clear refusal, not a hang.
+    plain = phone(board, "get", "/api/tools", "--plain")
+    assert plain.get("status") == 400, plain
+    assert plain["body"]["error"]["code"] == "tls_required"
+
+    # An impostor takes the board's address with a certificate of its own.
+    board.put(PROJECT / "tests" / "board" / "guest" / "impostor.py", "/root/impostor.py", "0755")
+    make = {
+        "op": "make",
+        "key": "/root/impostor.key",
+        "cert": "/root/impostor.crt",
+        "names": ["IP:192.168.42.1"],
+        "common_name": "Fingertip impostor",
+        "days": 30,
+    }
+    made = json.loads(
+        board.run(
+            "/opt/fingertip/current/bin/python -m daemon.tls " + shlex.quote(json.dumps(make)),
+            timeout=300,
+        ).stdout
+    )
+    assert made["fingerprint"] != fingerprint
+    board.run("systemctl stop fingertip", timeout=300)  # the gadget, and the link, stay up
+    impostor = GuestStream(
+        board,
+        "impostor",
+        "exec python3 -u /root/impostor.py /root/impostor.crt /root/impostor.key",
+        workdir / "impostor.jsonl",
+        parse=True,
+    )
+    try:
+        impostor.wait_for(lambda ls: any(x.get("ready") for x in ls), "the impostor", 60)
+        token = ("--token", deployed["token"])
+        refused = phone(board, "call", "health_check", "--pin", fingerprint, *token)
+        assert refused.get("error", "").startswith("PinMismatch"), refused
+        assert made["fingerprint"] in refused["error"]
+        impostor.wait_for(lambda ls: any("handshake" in x for x in ls), "the handshake", 60)
+        # It got a handshake and nothing after it: never a request, so never the token.
+        assert not [x for x in impostor.lines if "request" in x], impostor.lines
+    finally:
+        impostor.close()
+        board.run("systemctl start fingertip", timeout=round(700 * board.slowness))
+    # The board again, its key the same after the restart.
+    back = phone(board, "call", "health_check", "--retry-until", str(LINK_S))
+    assert tool_output(back, board)["security"]["tls"]["fingerprint"] == fingerprint
 
 
 def test_4_ios_chord_isolates_and_restores(

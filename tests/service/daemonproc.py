@@ -13,6 +13,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+
+# A client context that takes any certificate (the daemon's own is self-signed).
+UNPINNED = ssl.create_default_context()
+UNPINNED.check_hostname = False
+UNPINNED.verify_mode = ssl.CERT_NONE
 
 
 # A condition the daemon reaches on its own time (a log line written after the reply, a child
@@ -111,7 +117,19 @@ class DaemonProcess:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url("127.0.0.1")
+
+    def url(self, address: str) -> str:
+        """The daemon's base URL on one of its listen addresses: https where [server].tls
+        gives that address TLS (tests that check the certificate pin it themselves)."""
+        from daemon.tls import secured
+
+        scheme = "https" if secured(address, self.tables["server"].get("tls", "auto")) else "http"
+        return f"{scheme}://{address}:{self.port}"
+
+    def health(self) -> dict[str, Any]:
+        """health_check's result."""
+        return dict(json.loads(self.post_json("/api/tools/health_check", {"input": {}})["output"]))
 
     @property
     def token(self) -> str:
@@ -208,13 +226,14 @@ class DaemonProcess:
         with contextlib.suppress(Exception):
             self._notify.close()
 
-    # Small synchronous helpers (the tests themselves use aiohttp).
+    # Small synchronous helpers (the tests themselves use aiohttp). Over TLS they trust any
+    # certificate: the tests of the certificate pin it themselves.
     def get_json(self, path: str) -> Any:
-        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+        with urllib.request.urlopen(self.base + path, timeout=10, context=UNPINNED) as resp:
             return json.loads(resp.read())
 
     def get_bytes(self, path: str) -> bytes:
-        with urllib.request.urlopen(self.base + path, timeout=10) as resp:
+        with urllib.request.urlopen(self.base + path, timeout=10, context=UNPINNED) as resp:
             return bytes(resp.read())
 
     def post_json(self, path: str, body: Any = None) -> Any:
@@ -223,7 +242,7 @@ class DaemonProcess:
             data=json.dumps(body or {}).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=UNPINNED) as resp:
             return json.loads(resp.read())
 
     def sim_state(self) -> Any:

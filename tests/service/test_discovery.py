@@ -26,6 +26,7 @@ from zeroconf import (
     const,
 )
 
+from daemon import known_boards
 from daemon.discovery import BOARD_ID_FILE, FINGERTIP_SERVICE, HTTP_SERVICE
 from tests.service.daemonproc import DaemonProcess
 
@@ -38,6 +39,12 @@ Make = Callable[..., DaemonProcess]
 
 def ip(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["ip", *args], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def known_boards_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fingertip discover` reads the host's pins: a folder of the test's, never the user's."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture
@@ -190,6 +197,7 @@ def test_announced_only_where_configured_and_found_again(
         info = host.zc.get_service_info(FINGERTIP_SERVICE, f"rack 7.{FINGERTIP_SERVICE}", 30000)
         assert info is not None and info.port == d.port
         assert info.parsed_addresses() == [ADDR]
+        fingerprint = d.health()["security"]["tls"]["fingerprint"]  # ADDR has TLS (auto)
         assert info.decoded_properties == {
             "version": "0.1.0",
             "device_type": "iOS",
@@ -198,24 +206,37 @@ def test_announced_only_where_configured_and_found_again(
             "ws": "/api/ws",
             "mcp": "/mcp",
             "board_id": board,
+            "fp": fingerprint,
         }
     finally:
         web.close()
 
-    # What a host with many boards runs: one JSON line per board.
-    boards, _ = discover_until(
-        lambda boards, _: any(b["txt"].get("board_id") == board for b in boards)
-    )
-    ours_listed = [b for b in boards if b["txt"].get("board_id") == board]
-    assert ours_listed == [
+    # What a host with many boards runs: one JSON line per board, its announced fingerprint
+    # compared with the pins this host keeps (none yet).
+    def ours(boards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [b for b in boards if b["txt"].get("board_id") == board]
+
+    boards, _ = discover_until(lambda boards, _: bool(ours(boards)))
+    assert ours(boards) == [
         {
             "name": "rack 7",
             "host": f"fingertip-{board[:12]}.local.",
             "addresses": [ADDR],
             "port": d.port,
             "txt": info.decoded_properties,
+            "fingerprint": fingerprint,
+            "known": "new",
         }
     ]
+    # Pinned (as make deploy keeps it): a match; another key kept for it: CHANGED, said loudly.
+    known_boards.remember({known_boards.endpoint(ADDR, d.port): (fingerprint, board)})
+    boards, err = discover_until(lambda boards, _: bool(ours(boards)))
+    assert ours(boards)[0]["known"] == "match" and "not the one kept" not in err
+    other = "sha256//" + "Q" * 43 + "="
+    known_boards.remember({known_boards.endpoint(ADDR, d.port): (other, board)})
+    boards, err = discover_until(lambda boards, _: bool(ours(boards)))
+    assert ours(boards)[0]["known"] == "CHANGED"
+    assert f"announces fingerprint {fingerprint}, not the one kept" in err
 
     # The address goes (the USB link while an iOS target is isolated) and comes back: the
     # board answers a host with an empty cache again, from fresh sockets.

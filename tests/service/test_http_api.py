@@ -36,6 +36,7 @@ async def call(
             f"{base or d.base}/api/tools/{tool}",
             data=data,
             headers={"Content-Type": "application/json", **(headers or {})},
+            ssl=False,  # off loopback: the daemon's own certificate (tests/service/test_tls.py)
         ) as r,
     ):
         return r.status, await r.json()
@@ -367,7 +368,8 @@ async def test_token_required_off_loopback(
     make_daemon: Callable[..., DaemonProcess], offloop_addr: str
 ) -> None:
     d = make_daemon({"server": {"listen": ["127.0.0.1", offloop_addr]}})
-    base = f"http://{offloop_addr}:{d.port}"
+    base = d.url(offloop_addr)  # https: TLS off loopback
+    assert base.startswith("https://")
     status, body = await call(d, "shell", {"input": {"command": "true"}}, base=base)
     assert status == 401 and body["error"]["code"] == "auth_required"
     status, body = await call(

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import cv2
+import httpx2
 import numpy as np
 import pytest
 from mcp import Client
@@ -27,9 +28,10 @@ from tests.service.daemonproc import DaemonProcess
 @contextlib.asynccontextmanager
 async def mcp_client(base: str, token: str | None = None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    transport = streamable_http_client(
-        f"{base}/mcp", http_client=create_mcp_http_client(headers=headers)
-    )
+    http = create_mcp_http_client(headers=headers)
+    if base.startswith("https://"):  # the daemon's own certificate (tests/service/test_tls.py)
+        http = httpx2.AsyncClient(headers=headers, timeout=http.timeout, verify=False)
+    transport = streamable_http_client(f"{base}/mcp", http_client=http)
     async with Client(transport) as client:
         yield client
 
@@ -176,7 +178,8 @@ async def test_token_rules_off_loopback(
             "auth": {"client_tokens": [{"token": reader, "max_policy": "read"}]},
         }
     )
-    base = f"http://{offloop_addr}:{d.port}"
+    base = d.url(offloop_addr)  # https: TLS off loopback
+    assert base.startswith("https://")
     tap = {"type": "tap", "point": {"x": 500, "y": 950}}
     async with mcp_client(base) as client:
         assert (await client.call_tool("health_check", {})).is_error is False  # reads: no token

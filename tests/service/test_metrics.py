@@ -27,7 +27,7 @@ Make = Callable[..., DaemonProcess]
 async def scrape(d: DaemonProcess, base: str | None = None, **headers: str) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as s,
-        s.get(f"{base or d.base}/metrics", headers=headers) as r,
+        s.get(f"{base or d.base}/metrics", headers=headers, ssl=False) as r,
     ):
         return r.status, await r.text()
 
@@ -172,7 +172,7 @@ async def test_http_rules_off_loopback(make_daemon: Make, offloop_addr: str) -> 
             "auth": {"client_tokens": [{"token": "r" * 20, "max_policy": "read"}]},
         }
     )
-    base = f"http://{offloop_addr}:{d.port}"
+    base = d.url(offloop_addr)  # https: TLS off loopback
     # A read: no token needed off loopback, and a read-limited client token is enough.
     status, text = await scrape(d, base)
     assert status == 200 and "fingertip_tool_invocations" in text
@@ -181,7 +181,7 @@ async def test_http_rules_off_loopback(make_daemon: Make, offloop_addr: str) -> 
     # A page on the target cannot read it: foreign Host, foreign Origin.
     status, text = await scrape(d, base, Host="evil.example")
     assert status == 403 and json.loads(text)["error"]["code"] == "host_not_allowed"
-    status, text = await scrape(d, base, Origin="http://evil.example")
+    status, text = await scrape(d, base, Origin="https://evil.example")
     assert status == 403 and json.loads(text)["error"]["code"] == "origin_not_allowed"
 
     off = make_daemon({"guard": {"http": "disabled"}})

@@ -250,8 +250,8 @@ async def test_token_host_and_origin_rules_off_loopback(
     make_daemon: Callable[..., DaemonProcess], offloop_addr: str
 ) -> None:
     d = make_daemon({"server": {"listen": ["127.0.0.1", offloop_addr]}})
-    far = f"http://{offloop_addr}:{d.port}"
-    async with aiohttp.ClientSession() as s:
+    far = d.url(offloop_addr)  # https: TLS off loopback (the certificate: test_tls.py)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
         for path in ("/api/stream", "/api/snapshot"):
             async with s.get(far + path) as r:  # a phone's screen is private
                 assert r.status == 401

@@ -114,9 +114,12 @@ def test_token_is_asked_once_and_kept(
     make_daemon: Callable[..., DaemonProcess], browser: Browser, offloop_addr: str
 ) -> None:
     d = make_daemon({**FAST_INPUT, "server": {"listen": ["127.0.0.1", offloop_addr]}})
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    # Off loopback the page is served over HTTPS with the board's self-signed certificate:
+    # the browser takes it as a user's one-time exception does.
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, ignore_https_errors=True)
     page = context.new_page()
-    base = f"http://{offloop_addr}:{d.port}"
+    base = d.url(offloop_addr)
+    assert base.startswith("https://")
     page.goto(base + "/")
     # Off loopback the screen is private: no frame without the token.
     expect(page.locator("#token-state")).to_have_text("the screen needs the token")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import hashlib
 import importlib.metadata as md
 import importlib.util
 import re
@@ -159,6 +160,52 @@ def test_result_line_and_summary() -> None:
     assert deploy.summary("0.1.0", "r", "h:22", 8080, ["::1"]).endswith("http://[::1]:8080")
     with pytest.raises(deploy.DeployError):
         deploy.parse_result("board: FAILED\n")
+    # The addresses with TLS (from the board's health_check) are https.
+    line = deploy.summary("0.1.0", release, "h:22", port, listen, {"192.168.42.1"})
+    assert line.endswith(": https://192.168.42.1:8080")
+
+
+FP = "sha256//" + "A" * 43 + "="
+
+
+def health(listeners: list[dict[str, object]], tls: dict[str, object]) -> dict[str, object]:
+    return {"ok": True, "security": {"listeners": listeners, "tls": tls}}
+
+
+def test_pins_from_the_health_check() -> None:
+    listeners: list[dict[str, object]] = [
+        {"address": "127.0.0.1", "tls": False, "loopback": True},
+        {"address": "192.168.42.1", "tls": True, "loopback": False},
+        {"address": "fe80::1", "tls": True, "loopback": False},
+    ]
+    h = health(listeners, {"mode": "auto", "fingerprint": FP})
+    assert deploy.pins(h, 8080) == (
+        FP,
+        {"192.168.42.1:8080": (FP, ""), "[fe80::1]:8080": (FP, "")},
+    )
+    assert deploy.secured_addresses(h) == {"192.168.42.1", "fe80::1"}
+    # TLS off, or an older daemon without the section: nothing to pin.
+    off = health([{**x, "tls": False} for x in listeners], {"mode": "off"})
+    assert deploy.pins(off, 8080) == ("", {}) and deploy.secured_addresses(off) == set()
+    assert deploy.pins({"ok": True}, 8080) == ("", {})
+    assert deploy.pins({"ok": True, "security": "garbage"}, 8080) == ("", {})
+
+
+def test_the_tls_certificate_must_be_the_one_the_health_check_names() -> None:
+    der = b"certificate bytes"
+    named = hashlib.sha256(der).hexdigest().upper()
+    pairs = ":".join(named[i : i + 2] for i in range(0, 64, 2))
+    h = health([], {"certificate_sha256": pairs})
+    deploy._check_certificate(h, der)
+    deploy._check_certificate(h, b"")  # plain HTTP: nothing to compare
+    with pytest.raises(deploy.DeployError, match="not the one its health check names"):
+        deploy._check_certificate(h, b"another certificate")
+    with pytest.raises(deploy.DeployError):
+        deploy._check_certificate({"ok": True}, der)
+    tls_required = {"error": {"code": "tls_required"}}
+    assert deploy._tls_required(400, tls_required)
+    assert not deploy._tls_required(200, tls_required)
+    assert not deploy._tls_required(400, {"error": "x"}) and not deploy._tls_required(400, [])
 
 
 def _runtime_closure(extra: str = "") -> set[str]:

@@ -45,11 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from daemon import known_boards
+from daemon.memory import ocr_enabled
 
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT))  # daemon.memory, when run as a script from any folder
-from daemon.memory import ocr_enabled  # noqa: E402
-
 BUILD = PROJECT / "build" / "deploy"
 BOARD_SCRIPT = PROJECT / "deploy" / "board.sh"
 # Files of the clone every release carries in its share/ folder under their own names

@@ -43,6 +43,8 @@ MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr
 # Readings kept, newest first: a snapshot id stays usable for this many frames. Each holds its
 # frame (6 MB at 1080p), for telling whether the screen still shows it.
 CACHED_FRAMES = 4
+# Older readings' lines alone (a few KB each) stay this long, for screen_text's `since`.
+REMEMBERED = 32
 RETIRE_GRACE_S = 5.0  # a worker told to exit gets this long before it is killed
 
 
@@ -66,6 +68,16 @@ class Line:
 
 
 Crop = tuple[int, int, int, int]  # a rectangle of the frame in pixels (x0, y0, x1, y1)
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What stays of a reading once its frame is let go: enough to say what changed since."""
+
+    lines: tuple[Line, ...]
+    width: int
+    height: int
+    captured_ms: int  # the frame's capture time, as its snapshot id names it
 
 
 @dataclass(frozen=True)
@@ -231,6 +243,7 @@ class Ocr:
         # Runs by (frame seq, crop); None is the whole frame.
         self._runs: OrderedDict[tuple[int, Crop | None], asyncio.Future[Reading]] = OrderedDict()
         self._waiting = 0
+        self._remembered: OrderedDict[tuple[int, Crop | None], Remembered] = OrderedDict()
         self.counts = {"reads": 0, "worker_starts": 0, "worker_failures": 0}
         self.last_failure = ""
 
@@ -260,6 +273,10 @@ class Ocr:
             out["last_failure"] = self.last_failure
         return out
 
+    def remembered(self, seq: int, crop: Crop | None = None) -> Remembered | None:
+        """The lines of one of the last REMEMBERED readings, by its frame and crop."""
+        return self._remembered.get((seq, crop))
+
     def cached(self, seq: int, crop: Crop | None = None) -> Reading | None:
         fut = self._runs.get((seq, crop))
         if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
@@ -269,6 +286,8 @@ class Ocr:
     async def read(self, frame: Frame, crop: Crop | None = None) -> Reading:
         """The OCR of `frame` (of its `crop` only, when given; a reading of the whole frame
         serves any crop): from the cache, joined to a run in progress, or a new run."""
+        if not self.enabled:  # the text tools are listed unavailable; other callers ask too
+            raise ToolError("ocr_disabled", "on-device OCR is off on this board ([ocr] enabled)")
         whole = self._runs.get((frame.seq, None))
         fut = whole if whole is not None else self._runs.get((frame.seq, crop))
         if fut is not None:
@@ -327,10 +346,15 @@ class Ocr:
             log.warning("ocr.read_failed", seq=frame.seq, crop=crop, error=str(exc))
             raise ToolError("ocr_failed", f"the OCR engine failed on this frame: {exc}") from None
         self.counts["reads"] += 1
-        shifted_lines = [shifted(ln, x0, y0) for ln in lines] if crop else lines
+        shifted_lines = tuple(shifted(ln, x0, y0) for ln in lines) if crop else tuple(lines)
         ms = round((time.monotonic() - started) * 1000)
         log.info("ocr.read", seq=frame.seq, crop=crop, lines=len(lines), ms=ms)
-        return Reading(frame, tuple(shifted_lines), ms, crop)
+        captured_ms = round(frame.captured_at * 1000)
+        remembered = Remembered(shifted_lines, frame.width, frame.height, captured_ms)
+        self._remembered[(frame.seq, crop)] = remembered
+        while len(self._remembered) > REMEMBERED:
+            self._remembered.popitem(last=False)
+        return Reading(frame, shifted_lines, ms, crop)
 
     async def _ready_worker(self) -> Worker:
         if self._worker is not None:

@@ -139,6 +139,22 @@ def ordered(lines: Iterable[Line]) -> list[Line]:
     return out
 
 
+def kept(
+    lines: Iterable[Line], w: int, h: int, region: Region | None, min_confidence: float
+) -> tuple[Line, ...]:
+    """The lines, in reading order, at min_confidence or more, centered inside `region`."""
+    out = []
+    for line in ordered(lines):
+        if line.confidence < min_confidence:
+            continue
+        if region is not None:
+            c = _center(line.box, w, h)
+            if not region.holds(c["x"], c["y"]):
+                continue
+        out.append(line)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Tree:
     """A Reading filtered (region, confidence) and numbered: what screen_text returns."""
@@ -148,17 +164,8 @@ class Tree:
 
     @staticmethod
     def of(reading: Reading, region: Region | None = None, min_confidence: float = 0.0) -> Tree:
-        w, h = reading.frame.width, reading.frame.height
-        kept = []
-        for line in ordered(reading.lines):
-            if line.confidence < min_confidence:
-                continue
-            if region is not None:
-                c = _center(line.box, w, h)
-                if not region.holds(c["x"], c["y"]):
-                    continue
-            kept.append(line)
-        return Tree(reading, tuple(kept))
+        frame = reading.frame
+        return Tree(reading, kept(reading.lines, frame.width, frame.height, region, min_confidence))
 
     def to_dict(self) -> dict[str, Any]:
         frame = self.reading.frame

@@ -19,17 +19,25 @@ from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.runtime import Runtime
 from daemon.screen import ocr as ocr_mod
+from daemon.screen import text_changes
 from daemon.screen.ocr import Ocr, Reading
 from daemon.screen.visual_tree import (
     MATCH_MODES,
     Region,
     Tree,
+    changes,
     find,
+    kept,
     snapshot_id,
     snapshot_key,
 )
 from daemon.tools.input.handlers import InputTools
-from daemon.tools.input.schemas import EVIDENCE_RESULT
+from daemon.tools.input.schemas import (
+    EVIDENCE_RESULT,
+    PLACED,
+    TEXT_CHANGES,
+    TEXT_CHANGES_ARG,
+)
 from daemon.tools.screen import capture_availability
 
 _NORM = {"type": "number", "minimum": 0, "maximum": 1000}
@@ -48,7 +56,15 @@ SNAPSHOT = {
     "still shows it; stale_snapshot when it does not",
 }
 TREE_FIELDS = {"region": REGION, "min_confidence": MIN_CONFIDENCE}
-SCREEN_TEXT_ARGS = object_schema(TREE_FIELDS)
+SINCE = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
+    "description": "say what text changed since then: the snapshot_id of an earlier "
+    'screen_text, or "before" in an action\'s evidence (the WebSocket after.visualTreeArguments):'
+    " the screen the action started on",
+}
+SCREEN_TEXT_ARGS = object_schema({**TREE_FIELDS, "since": SINCE})
 QUERY_FIELDS: dict[str, Any] = {
     "query": {"type": "string", "minLength": 1, "maxLength": 500},
     "match": {
@@ -74,15 +90,11 @@ TAP_ARGS = object_schema(
             "description": "which of several matches to tap (find_text's ranking); without it "
             "more than one match is text_ambiguous",
         },
+        "text_changes": TEXT_CHANGES_ARG,
     },
     ["query"],
 )
 
-_BOX = object_schema(
-    {k: {"type": "number"} for k in ("x0", "y0", "x1", "y1")}, ["x0", "y0", "x1", "y1"]
-)
-_CENTER = object_schema({"x": {"type": "number"}, "y": {"type": "number"}}, ["x", "y"])
-_PLACED = {"box": _BOX, "box_normalized": _BOX, "center": _CENTER}
 MATCH = object_schema(
     {
         "index": {"type": "integer"},
@@ -91,13 +103,14 @@ MATCH = object_schema(
         "line": {"type": "string"},
         "confidence": {"type": "number"},
         "whole_line": {"type": "boolean"},
-        **_PLACED,
+        **PLACED,
     },
     ["index", "text", "line_text", "confidence", "box", "center"],
 )
 TREE_RESULT = object_schema(
     {
         "snapshot_id": {"type": "string"},
+        "changes": TEXT_CHANGES,
         "frame": object_schema(
             {
                 "seq": {"type": "integer"},
@@ -117,7 +130,7 @@ TREE_RESULT = object_schema(
                     "text": {"type": "string"},
                     "confidence": {"type": "number"},
                     "words": {"type": "array", "items": {"type": "string"}},
-                    **_PLACED,
+                    **PLACED,
                 },
                 ["id", "text", "confidence", "box", "center", "words"],
             ),
@@ -131,7 +144,7 @@ TREE_RESULT = object_schema(
                     "text": {"type": "string"},
                     "confidence": {"type": "number"},
                     "line": {"type": "string"},
-                    **_PLACED,
+                    **PLACED,
                 },
                 ["id", "type", "text", "confidence", "box", "center", "line"],
             ),
@@ -153,6 +166,7 @@ TAP_RESULT = {
         **EVIDENCE_RESULT["properties"],
         "match": MATCH,
         "snapshot_id": {"type": "string"},
+        "text_changes": TEXT_CHANGES,
     },
 }
 
@@ -263,7 +277,43 @@ class TextTools:
 
     async def screen_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         reading = await self.reading(args)
-        return self.tree(reading, args).to_dict()
+        out = self.tree(reading, args).to_dict()
+        since = args.get("since")
+        if since is not None:
+            out["changes"] = await self.since(since, reading, args, ctx)
+        return out
+
+    async def since(
+        self, since: str, reading: Reading, args: dict[str, Any], ctx: CallContext
+    ) -> dict[str, Any]:
+        """What changed from `since` (a snapshot id, or the screen the action started on) to
+        `reading`; what kept it from being said, inside."""
+        region, floor = Region.of(args.get("region")), float(args["min_confidence"])
+        if since == text_changes.BEFORE:
+            before = text_changes.noted_frame(ctx.evidence, "before")
+            if before is None:
+                return {"since": since, "error": text_changes.unavailable(
+                    '"before" is the screen an action started on: it names one only in an '
+                    "action's evidence (a WebSocket call's after.visualTreeArguments)"
+                )}  # fmt: skip
+            try:
+                return await text_changes.between(self.ocr, before, reading.frame, region, floor)
+            except ToolError as exc:
+                return {"since": since, "error": exc.to_dict()}
+        key = snapshot_key(since)
+        old = self.ocr.remembered(*key) if key is not None else None
+        if old is None or key is None or not since.startswith(f"f{key[0]}-{old.captured_ms}"):
+            return {"since": since, "error": text_changes.unavailable(
+                f"snapshot {since} is not one of the last {ocr_mod.REMEMBERED} readings"
+            )}  # fmt: skip
+        w, h = reading.frame.width, reading.frame.height
+        if (old.width, old.height) != (w, h):
+            return {"since": since, "error": text_changes.unavailable(
+                f"the screen was {old.width}x{old.height} then and is {w}x{h} now"
+            )}  # fmt: skip
+        then = kept(old.lines, w, h, region, floor)
+        found = changes(then, self.tree(reading, args).lines, w, h)
+        return {"since": since, "snapshot_id": snapshot_id(reading), **found}
 
     async def matches(self, args: dict[str, Any]) -> tuple[Reading, list[dict[str, Any]]]:
         reading = await self.reading(args)
@@ -314,7 +364,10 @@ class TextTools:
             return {"ok": True, "type": "tap", "point": point.to_dict(), "text": match["text"]}
 
         result = await tools.with_evidence("tap_text", act)
-        return {**result, "match": match, "snapshot_id": snapshot_id(reading)}
+        out = {**result, "match": match, "snapshot_id": snapshot_id(reading)}
+        if args["text_changes"]:  # read after the HID flow is let go: nobody waits behind it
+            out["text_changes"] = await text_changes.of_action(self.ocr, ctx.evidence)
+        return out
 
 
 def tools(rt: Runtime) -> list[ToolSpec]:
@@ -327,8 +380,9 @@ def tools(rt: Runtime) -> list[ToolSpec]:
     # behind MAX_QUEUED others first.
     limit = rt.config.ocr.read_timeout_s * (ocr_mod.MAX_QUEUED + 1)
     tree_note = (
-        " Text is read from the screen by on-device OCR (the first call loads the engine, "
-        "about a second; a full frame takes up to about a second more)."
+        " Text is read from the screen by on-device OCR (the first call starts the engine, "
+        "about a second; a full frame takes up to about a second more, a frame that changed "
+        "little since the last read much less: only what changed is read again)."
     )
     return [
         ToolSpec(
@@ -338,7 +392,10 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "lines and words, each with text, confidence, box in pixels and in normalized "
             "0..1000 coordinates (what touch_gesture takes) and center, ids stable within the "
             "snapshot, and a snapshot_id naming the frame. Optional region (normalized "
-            "rectangle) and min_confidence (default 0.5)." + tree_note,
+            "rectangle) and min_confidence (default 0.5). With since (the snapshot_id of an "
+            "earlier screen_text) it also says what text appeared, disappeared and moved since "
+            "then (changes), each line with its box: read, act, read with since, and see "
+            "whether the action worked." + tree_note,
             category="screen",
             policy="read",
             handler=t.screen_text,
@@ -376,7 +433,8 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "query, match, region, min_confidence, snapshot_id). Nothing matching is "
             "text_not_found; more than one match is text_ambiguous (details list them) unless "
             "index picks one. Returns the match, action_output, screen_stable, "
-            "stable_wait_ms, screen_changed and the final screenshot.",
+            "stable_wait_ms, screen_changed and the final screenshot; with text_changes, also "
+            "what text appeared, disappeared and moved between the screen before and after.",
             category="input",
             policy="write",
             hid=True,

@@ -63,6 +63,7 @@ class EnterTextArgs:
     clear: bool
     submit: bool
     coord_space: str
+    text_changes: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ from daemon.engine.program import Point, Program, invalid
 from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.runtime import Runtime
+from daemon.screen import text_changes
 from daemon.screen.options import StableOptions
 from daemon.tools.input.args import (
     DragReleaseArgs,
@@ -316,9 +317,12 @@ class InputTools:
                 "submitted": args.submit,
             }
 
-        return await self.with_evidence(
+        out = await self.with_evidence(
             "enter_text", act, wait=False, delay_ms=self.cfg.enter_text_delay_ms
         )
+        if args.text_changes:  # read after the HID flow is let go: nobody waits behind it
+            out["text_changes"] = await text_changes.of_action(self.rt.ocr, ctx.evidence)
+        return out
 
     # -- mouse --------------------------------------------------------------------------------
 

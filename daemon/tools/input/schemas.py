@@ -163,6 +163,45 @@ def keyboard_tap_schema(platform: str) -> dict[str, Any]:
 
 TEXT = {"type": "string", "minLength": 1, "maxLength": 5000}
 
+_BOX = object_schema(
+    {k: {"type": "number"} for k in ("x0", "y0", "x1", "y1")}, ["x0", "y0", "x1", "y1"]
+)
+# Where a piece of text is: pixels, normalized 0..1000 (what touch_gesture takes), center.
+PLACED = {
+    "box": _BOX,
+    "box_normalized": _BOX,
+    "center": object_schema({"x": {"type": "number"}, "y": {"type": "number"}}, ["x", "y"]),
+}
+# What text an action changed (daemon/screen/text_changes.py): tap_text's and enter_text's
+# text_changes, screen_text's changes.
+TEXT_CHANGES_ARG: dict[str, Any] = {
+    "type": "boolean",
+    "default": False,
+    "description": "also read the screen's text before and after the action and return what "
+    "appeared, disappeared and moved (text_changes), each with its box",
+}
+
+_CHANGED = object_schema({"text": {"type": "string"}, **PLACED}, ["text", "box", "center"])
+TEXT_CHANGES = object_schema(
+    {
+        "since": {"type": "string"},
+        "snapshot_id": {"type": "string"},
+        "appeared": {"type": "array", "items": _CHANGED},
+        "disappeared": {"type": "array", "items": _CHANGED},
+        "moved": {
+            "type": "array",
+            "items": {
+                **_CHANGED,
+                "properties": {**_CHANGED["properties"], "from": object_schema(PLACED)},
+            },
+        },
+        "unchanged": {"type": "integer"},
+        "error": {"type": "object"},
+    },
+    description="what text appeared, disappeared and moved (line by line, each with its box), "
+    "or why that could not be said (error)",
+)
+
 EVIDENCE_RESULT = object_schema(
     {
         "action_output": {"type": "object"},
@@ -201,9 +240,14 @@ ENTER_TEXT_ARGS = object_schema(
         "clear": {"type": "boolean", "default": False},
         "submit": {"type": "boolean", "default": False},
         "coord_space": COORD_SPACE,
+        "text_changes": TEXT_CHANGES_ARG,
     },
     required=["point", "text"],
 )
+ENTER_TEXT_RESULT = {
+    **EVIDENCE_RESULT,
+    "properties": {**EVIDENCE_RESULT["properties"], "text_changes": TEXT_CHANGES},
+}
 MOUSE_MOVE_ARGS = object_schema(
     {
         "x": POINT["properties"]["x"],

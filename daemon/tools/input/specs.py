@@ -26,6 +26,7 @@ from daemon.tools.input.schemas import (
     DRAG_RELEASE_ARGS,
     DRAG_START_ARGS,
     ENTER_TEXT_ARGS,
+    ENTER_TEXT_RESULT,
     EVIDENCE_RESULT,
     KEYBOARD_TEXT_ARGS,
     KEYBOARD_TEXT_RESULT,
@@ -145,10 +146,12 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             + typing_note
             + " Returns "
             "action_output, screen_changed (when a baseline existed) and a short-delay "
-            "screenshot (no stability wait).",
+            "screenshot (no stability wait); with text_changes, also what text appeared, "
+            "disappeared and moved (on-device OCR of the screen before and after).",
             handler=t.enter_text,
             args_schema=ENTER_TEXT_ARGS,
             args_type=EnterTextArgs,
+            result_schema=ENTER_TEXT_RESULT,
             example_input={"point": {"x": 500, "y": 140}, "text": "hello"},
             keywords=("type", "field", "fill"),
         ),

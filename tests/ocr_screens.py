@@ -45,6 +45,51 @@ def sim_screens() -> Iterator[Screen]:
         yield _sim(f"{platform} Settings", dev)
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A screen before and after one small action, as the simulated target draws them."""
+
+    name: str
+    before: Image
+    after: Image
+
+
+def edits(platform: str = "ios") -> Iterator[Edit]:
+    """What an agent's actions do to a phone's screen, from small to whole: typing into a
+    field, a switch flipped, a list scrolled by one row, the on-screen keyboard appearing, and
+    another app opened."""
+    from daemon.sim.device import Field
+
+    dev = VirtualDevice(platform, 1080, 1920)
+    renderer = Renderer()
+
+    def shot() -> Image:
+        return renderer.render(dev.view(None))
+
+    dev._open("Notes")
+    dev.focus = Field("text")
+    dev.apps["Notes"].text = "Meet Anna"
+    before = shot()
+    dev.apps["Notes"].text = "Meet Anna at"
+    yield Edit("typing into a field", before, shot())
+    dev.apps["Notes"].scroll_px = 0
+    before = shot()
+    dev.apps["Notes"].scroll_px = dev.layout.row_px
+    yield Edit("a one-row scroll", before, shot())
+    dev.show_keyboard = False
+    before = shot()
+    dev.show_keyboard = True
+    yield Edit("a keyboard appearing", before, shot())
+    dev.show_keyboard = False
+    dev._open("Settings")
+    before = shot()
+    dev.apps["Settings"].switched_on ^= {"Wi-Fi"}
+    yield Edit("a switch flipped", before, shot())
+    before = shot()
+    dev._open("Clock")
+    yield Edit("another app", before, shot())
+
+
 FONTS = (
     cv2.FONT_HERSHEY_SIMPLEX,
     cv2.FONT_HERSHEY_DUPLEX,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,11 +116,12 @@ class RapidEngine:
         out: Any = self._ocr(image, return_word_box=True)
         if out.boxes is None or out.txts is None or out.scores is None:
             return []
+        dark = ink(image)[:, :, 0] < BLANK_LEVEL  # the image's own: the detector's is padded
         lines = []
         for points, text, score, words in zip(
             out.boxes, out.txts, out.scores, out.word_results, strict=False
         ):
-            lines.append(_line(points, str(text), float(score), words))
+            lines.append(tightened(_line(points, str(text), float(score), words), dark))
         return lines
 
     def _read_lines(self, image: Image) -> list[Line]:
@@ -131,14 +132,19 @@ class RapidEngine:
         change, and the result is the very one a fresh read gives."""
         ocr = self._ocr
         found = ocr.text_det(image)
+        dark = ocr.text_det.dark
         kept: dict[bytes, Line | None] = {}
         lines = []
         for box in found.boxes if found.boxes is not None else ():
             crop = self._crop(image, box.copy())
-            key = _digest(box.tobytes(), crop.tobytes())
+            x0, y0, x1, y1 = _clip(_box(box), dark.shape)
+            ink_here = np.packbits(dark[y0:y1, x0:x1]).tobytes()
+            key = _digest(box.tobytes(), crop.tobytes(), ink_here)
             line = self._lines.get(key, _MISSING)
             if line is _MISSING:
                 line = self._recognize(crop, box)
+                if line is not None:
+                    line = tightened(line, dark)
                 self.counts["recognized"] += 1
             kept[key] = line
             if isinstance(line, Line):
@@ -160,6 +166,30 @@ class RapidEngine:
 
 
 _MISSING: Any = object()
+
+
+def _clip(box: tuple[int, int, int, int], shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    h, w = shape[0], shape[1]
+    x0, y0, x1, y1 = box
+    return max(0, x0), max(0, y0), min(w, x1 + 1), min(h, y1 + 1)
+
+
+def tight(box: tuple[int, int, int, int], dark: Any) -> tuple[int, int, int, int]:
+    """`box` shrunk to the ink inside it (kept as it is when it holds none). Why: the detector
+    draws a line's box with a margin that depends on what else its input holds (how the frame
+    was cut into bands, what is around), while the ink is the ink: tight boxes sit on the text
+    whatever the context, and their centers where a finger should land. Pure."""
+    x0, y0, x1, y1 = _clip(box, dark.shape)
+    inside = dark[y0:y1, x0:x1]
+    rows, cols = np.flatnonzero(inside.any(axis=1)), np.flatnonzero(inside.any(axis=0))
+    if not len(rows):
+        return box
+    return x0 + int(cols[0]), y0 + int(rows[0]), x0 + int(cols[-1]), y0 + int(rows[-1])
+
+
+def tightened(line: Line, dark: Any) -> Line:
+    words = tuple(Word(w.text, w.confidence, tight(w.box, dark)) for w in line.words)
+    return Line(line.text, line.confidence, tight(line.box, dark), words)
 
 
 def _digest(*parts: bytes) -> bytes:
@@ -210,30 +240,22 @@ class Band:
 
 
 def plan_bands(
-    blank: Sequence[bool], rows: int, margin: int, overlap: int, step: int
+    height: int, cuttable: Callable[[int], bool], rows: int, overlap: int, step: int
 ) -> list[Band]:
-    """Horizontal bands of at most `rows` rows covering an image whose rows are `blank` (no
-    ink) or not, cut only at multiples of `step` (the network's stride: a band is then the very
-    pixels, on the very grid, that the whole image's run sees). A band ends at a row with
-    `margin` blank rows on either side where one lies in its lower half: no text crosses such
-    a cut, so the bands need not overlap. Where none does (a photo, a wall of text), the next
-    band starts `overlap` rows before the end of this one and the boxes are shared out at the
-    middle of the overlap, which must be taller than any line of text. Pure."""
-    height = len(blank)
+    """Horizontal bands of at most `rows` rows covering an image `height` rows high, cut only
+    at multiples of `step` (the network's stride: a band is then the very pixels, on the very
+    grid, that the whole image's run sees). A band ends at the lowest row of its lower half
+    where `cuttable` says no text crosses, so the bands need not overlap. Where there is none
+    (a photo, a wall of text), the next band starts `overlap` rows before the end of this one
+    and the boxes are shared out at the middle of the overlap, which must be taller than any
+    line of text. Pure."""
     rows = max(step, rows // step * step)
     overlap = min(-(-overlap // step) * step, rows // 2 // step * step)
     bands: list[Band] = []
     top = keep_top = 0
     while height - top > rows:
         end = top + rows
-        cut = next(
-            (
-                c
-                for c in range(end, top + rows // 2, -step)
-                if c + margin <= height and all(blank[c - margin : c + margin])
-            ),
-            None,
-        )
+        cut = next((c for c in range(end, top + rows // 2 - 1, -step) if cuttable(c)), None)
         if cut is not None:
             bands.append(Band(top, cut, keep_top, cut))
             top = keep_top = cut
@@ -245,13 +267,34 @@ def plan_bands(
     return bands
 
 
+def clean_cut(dark: Any, row: int, margin: int) -> bool:
+    """Whether no text or picture crosses `row` of an image whose ink is `dark` (rows x
+    columns, bool): within `margin` rows above and below it there is no ink, but for columns
+    near the left and right edges that are ink all the way (a scroll bar, a frame's border).
+    Pure."""
+    if row - margin < 0 or row + margin > dark.shape[0]:
+        return False
+    window = dark[row - margin : row + margin]
+    edge = max(1, round(dark.shape[1] * EDGE_SHARE))
+    inner = window[:, edge:-edge]
+    if inner.any():
+        return False
+    sides = np.concatenate([window[:, :edge], window[:, -edge:]], axis=1)
+    return not bool(np.any(sides.any(axis=0) & ~sides.all(axis=0)))
+
+
+EDGE_SHARE = 0.04  # where clean_cut lets a vertical bar cross a cut: the outer 4 % of each side
+
+
 # Detection's working memory goes with the area of its input (the DB-net's activations: about
-# 165 MB over a 608x1088 input, a whole 1080x1920 frame, on one thread). Where the whole frame's
-# input would be larger, that input is detected in horizontal bands of at most this many
-# pixels: the same pixels the whole frame's run would see, so the boxes stay the same. Measured
-# in bench_memory.py (the worker's peak) and bench_ocr.py (time): 3 bands for a phone frame.
-DET_MAX_PIXELS = 608 * 384
-BLANK_LEVEL = 192  # a row of the ink image with no pixel darker than this holds no text
+# 165 MB over a 608x1088 input, a whole 1080x1920 frame, on one thread), and so does its time.
+# Where the whole frame's input would be larger, that input is detected in horizontal bands of
+# at most this many pixels: the same pixels on the same grid as the whole frame's run. A band
+# whose input did not change since the last read is not detected again, so a read after a
+# small change costs about one band: 192 rows, ~110 ms of ~950 here (384 rows took ~220 ms).
+# Measured in bench_memory.py (the worker's peak) and bench_incremental.py (time).
+DET_MAX_PIXELS = 608 * 192
+BLANK_LEVEL = 192  # a pixel of the ink image darker than this is ink
 # Rows of the detection input. A cut needs this many blank rows on either side: the detector's
 # boxes reach ~8 rows past a line's ink, and a cut must not clip them.
 BAND_MARGIN = 10
@@ -280,23 +323,29 @@ class InkDetector:
         self.long_side = det_long_side
         self.max_pixels = max_pixels
         self._output = TextDetOutput
+        self.dark: Any = None
         self._bands: dict[bytes, list[tuple[Any, float]]] = {}  # the last read's, by input
         self.counts = {"bands": 0, "bands_detected": 0}
 
     def __call__(self, img: Image) -> Any:
         inked = ink(img)
+        self.dark = inked[:, :, 0] < BLANK_LEVEL  # where the last frame's ink is, for tight()
         height, width = inked.shape[:2]
         det_h, det_w = det_size(height, width, self.long_side)
         if det_h * det_w <= self.max_pixels:
             self.detector.limit_side_len = self.long_side
             return self.detector(inked)
         small = cv2.resize(inked, (det_w, det_h))
-        blank = (small[:, :, 0].min(axis=1) >= BLANK_LEVEL).tolist()
+        dark = small[:, :, 0] < BLANK_LEVEL
         rows = max(STRIDE, self.max_pixels // det_w)
         sx, sy = width / det_w, height / det_h
         boxes, scores = [], []
         kept: dict[bytes, list[tuple[Any, float]]] = {}
-        for band in plan_bands(blank, rows, BAND_MARGIN, BAND_OVERLAP, STRIDE):
+
+        def cuttable(row: int) -> bool:
+            return clean_cut(dark, row, BAND_MARGIN)
+
+        for band in plan_bands(det_h, cuttable, rows, BAND_OVERLAP, STRIDE):
             part = small[band.top : band.bottom]
             pad = -part.shape[0] % STRIDE  # white rows: blank page to the detector
             if pad:

@@ -414,10 +414,13 @@ class Ocr:
             await worker.kill()
 
     def _retire_idle(self) -> None:
-        """(timer) Nothing read for idle_exit_s: the worker and its memory go."""
+        """(timer) Nothing read for idle_exit_s: the worker and its memory go, and so do the
+        cached readings' frames (a 1080p frame is 6 MB): their snapshot ids are stale for
+        find_text and tap_text from then on, their lines stay for `since`."""
         self._idle = None
         if self._lock.locked() or self._worker is None:
             return  # a read started meanwhile; its end re-arms the timer
+        self._runs = OrderedDict((k, f) for k, f in self._runs.items() if not f.done())
         worker, self._worker = self._worker, None
         log.info("ocr.worker_retired", pid=worker.pid, idle_s=self.config.idle_exit_s)
         task = asyncio.ensure_future(worker.retire())

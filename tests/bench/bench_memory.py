@@ -393,7 +393,13 @@ async def run_daemon(c: Client, pid: int, idle_s: float, render_s: float, frame_
     print("floors, bare processes in the same run:")
     idle_f = idle_floor()
     row("the idle libraries alone, PSS", idle_f["pss"], None, f"(RSS {idle_f['rss']:.1f})")
-    row("  the daemon idle above that floor, PSS", idle.pss - idle_f["pss"], 16)
+    row(
+        "  make run's daemon idle above that floor, PSS",
+        idle.pss - idle_f["pss"],
+        None,
+        "(the simulated target: its renderer, numpy, OpenCV, its XKB reader; the board "
+        "daemon's idle figure is the board VM's)",
+    )
     ocr_f = ocr_floor(frame_png)
     row(
         "the OCR engine reading the same frame, peak PSS",

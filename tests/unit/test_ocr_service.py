@@ -211,6 +211,8 @@ async def test_an_idle_worker_exits_and_the_next_read_starts_another() -> None:
     assert pid is not None
     await until(lambda: not service.loaded and not alive(pid))
     assert service.status()["worker"] == "stopped" and service.counts["worker_failures"] == 0
+    # Its frame went with it (6 MB at 1080p); its lines stay for screen_text's since.
+    assert service.cached(1) is None and service.remembered(1) is not None
     await service.read(frame(blank, 2))
     assert service.worker_pid not in (None, pid)
     await service.close()

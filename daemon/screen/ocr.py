@@ -42,7 +42,7 @@ ENGINE_PACKAGES = ("rapidocr", "onnxruntime")
 MAX_QUEUED = 4  # OCR runs waiting behind the running one before callers get ocr_busy
 # Readings kept, newest first: a snapshot id stays usable for this many frames. Each holds its
 # frame (6 MB at 1080p), for telling whether the screen still shows it.
-CACHED_FRAMES = 4
+CACHED_FRAMES = 2
 # Older readings' lines alone (a few KB each) stay this long, for screen_text's `since`.
 REMEMBERED = 32
 RETIRE_GRACE_S = 5.0  # a worker told to exit gets this long before it is killed

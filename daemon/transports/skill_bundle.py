@@ -31,6 +31,15 @@ and a `snapshot_id`) or `find_text`; tap by text with `tap_text` (pass that `sna
 screen that changed since is `stale_snapshot`; several matches are `text_ambiguous` until you
 pass `index`); then check the evidence it returns (`screen_changed`, the screenshot) or read
 the text again.
+
+Did the action work? Read, act, then read with `since`: `screen_text` with `since` set to the
+`snapshot_id` of your earlier read answers `changes`: the text that `appeared`, `disappeared`
+and `moved` (line by line, each with its box), so "the field now reads 'hello'" or "'Wi-Fi'
+appeared" is one look. `tap_text` and `enter_text` do both reads for you with
+`text_changes: true` (their result's `text_changes`); over the WebSocket, ask a call's `after`
+visual tree with `visualTreeArguments: {{"since": "before"}}`. A re-read costs about what
+changed on the screen (a field typed into: a fifth of a full read), so reading after every
+step is cheap.
 """
 
 

@@ -179,3 +179,5 @@ async def test_mcp_and_the_skill_bundle_teach_the_text_tools(make_daemon: Make) 
     async with aiohttp.ClientSession() as s, s.get(f"{d.base}/api/tool-skills") as r:
         skill = await r.text()
     assert "## tap_text" in skill and "stale_snapshot" in skill and "screen_text" in skill
+    # ... and how to tell whether an action worked: since, text_changes
+    assert "`since`" in skill and "text_changes" in skill and '"since": "before"' in skill

@@ -48,8 +48,10 @@ EVENT_TIMEOUT_S = 30.0
 WRITE_TIMEOUT_MS = 15_000.0
 EVIDENCE_STABLE_MS = 1500
 EVIDENCE_TIMEOUT_MS = 10_000
-# The text tools' own limit is 600 s (daemon/tools/text.py): OCR under TCG is that slow.
-TEXT_TIMEOUT_S = 700.0
+# OCR under TCG is hundreds of times slower than on a board: a read may take minutes before the
+# daemon kills it ([ocr].read_timeout_s), and a text tool's call waits a little longer.
+OCR_READ_TIMEOUT_S = 540.0
+TEXT_TIMEOUT_S = OCR_READ_TIMEOUT_S + 160.0
 
 _started: list[subprocess.Popen[bytes]] = []
 
@@ -431,6 +433,9 @@ class Fingertip:
                     "evidence_stable_ms": EVIDENCE_STABLE_MS,
                     "evidence_timeout_ms": EVIDENCE_TIMEOUT_MS,
                 },
+                # OCR under TCG: the worker's start alone took 60-90 s here, and a region
+                # of the form 120-150 s to read.
+                "ocr": {"read_timeout_s": OCR_READ_TIMEOUT_S},
                 "log": {"format": "json", "level": "info"},
             },
         )

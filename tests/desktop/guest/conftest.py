@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import desktop
 import pytest
 from desktop import App, Fingertip, Xorg
+
+from tests.kernel.guest.figures import Record, record  # noqa: F401 (a fixture)
 
 IN_GUEST = os.environ.get("FINGERTIP_KERNEL_GUEST") == "1"
 
@@ -68,7 +70,7 @@ class Desktop:
             ft.start()
         # X adds the gadget's devices through udev as they enumerate; a layout set before
         # they exist would not reach them.
-        with desktop.phase("X adding the gadget's devices"):
+        with desktop.phase(f"X adding the gadget's devices ({device_type}, {layout})"):
             desktop.until(self._x_has_gadget, "X.Org adding the gadget's input devices", 120)
         self.xorg.xkb(layout)
         return ft
@@ -83,7 +85,7 @@ class Desktop:
 
 
 @pytest.fixture(scope="session")
-def session_desktop() -> Iterator[Desktop]:
+def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
     shutil.rmtree(desktop.SCRATCH, ignore_errors=True)
     desktop.SCRATCH.mkdir(parents=True)
     xorg = Xorg()
@@ -107,8 +109,10 @@ def session_desktop() -> Iterator[Desktop]:
     finally:
         if d is not None:
             d.close()
-        desktop.report_cpu()
+        desktop.note_cpu()
         desktop.stop_all()
+        for name, value in desktop.FIGURES.items():
+            record_testsuite_property(name, value)
         for name in ("Xorg.log", "ffmpeg.out", "app.out", "xorg.out"):
             if (desktop.SCRATCH / name).exists():
                 shutil.copy(desktop.SCRATCH / name, desktop.WORK / name)
@@ -119,17 +123,3 @@ def desk(session_desktop: Desktop) -> Desktop:
     """The desktop with the application reset to its first page, empty texts."""
     session_desktop.app.reset()
     return session_desktop
-
-
-Record = Callable[[str, object], None]
-
-
-@pytest.fixture
-def record(record_property: Record) -> Record:
-    """record_property that also prints (the runner lists the figures)."""
-
-    def both(name: str, value: object) -> None:
-        print(f"measured {name} = {value}")
-        record_property(name, value)
-
-    return both

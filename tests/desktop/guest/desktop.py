@@ -106,12 +106,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def report_cpu() -> None:
-    """Where the guest's CPU went: each background process's CPU time (printed)."""
+def note_cpu() -> None:
+    """Each background process's CPU time so far, into FIGURES."""
     for proc in _started:
         args = proc.args
         name = Path(str(args[0] if isinstance(args, list | tuple) else args)).name
-        print(f"desktop: CPU {name}: {cpu_seconds(proc.pid):.0f} s", flush=True)
+        FIGURES[f"cpu: {name}"] = f"{cpu_seconds(proc.pid):.0f} s"
 
 
 def until(check: Callable[[], Any], what: str, timeout: float = EVENT_TIMEOUT_S) -> Any:
@@ -126,12 +126,17 @@ def until(check: Callable[[], Any], what: str, timeout: float = EVENT_TIMEOUT_S)
         time.sleep(0.05)
 
 
+# Where a run's time and the guest's CPU went, listed by the runner after the run (conftest
+# records them as the session's properties in the junit xml).
+FIGURES: dict[str, str] = {}
+
+
 @contextlib.contextmanager
 def phase(what: str) -> Iterator[None]:
-    """Time a set-up step (printed: the console shows where a run's time goes)."""
+    """Time a set-up step."""
     began = time.monotonic()
     yield
-    print(f"desktop: {what}: {time.monotonic() - began:.1f} s", flush=True)
+    FIGURES[f"time: {what}"] = f"{time.monotonic() - began:.1f} s"
 
 
 # -- the machine's side: loopback, udev ---------------------------------------------------------
@@ -445,7 +450,7 @@ class Fingertip:
         with contextlib.suppress(AttributeError):  # never started
             if self.proc.proc is not None:
                 cpu = cpu_seconds(self.proc.proc.pid)
-                print(f"desktop: CPU fingertipd {self.device_type} {self.layout}: {cpu:.0f} s")
+                FIGURES[f"cpu: fingertipd {self.device_type} {self.layout}"] = f"{cpu:.0f} s"
             self.proc.stop(timeout=120)
         with contextlib.suppress(OSError, AttributeError):
             shutil.copy(self.proc.log_path, WORK / f"daemon-{self.device_type}-{self.layout}.log")

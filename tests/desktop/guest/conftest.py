@@ -57,7 +57,7 @@ class Desktop:
 
     def target(self, device_type: str, layout: str = "us") -> Fingertip:
         """The daemon for this device type and layout (restarted only on a change), with the
-        desktop's XKB layout set to match and the gadget's devices in X."""
+        gadget's devices in X and the desktop's keyboards set to match (keyboards())."""
         ft = self.fingertip
         if ft is not None and (ft.device_type, ft.layout) == (device_type, layout):
             return ft
@@ -68,11 +68,11 @@ class Desktop:
         with desktop.phase(f"fingertipd for {device_type}, {layout}"):
             self.fingertip = ft
             ft.start()
-        # X adds the gadget's devices through udev as they enumerate; a layout set before
-        # they exist would not reach them.
+        # X adds the gadget's devices through udev as they enumerate; keyboard settings made
+        # before they exist would not reach them (a hot-added keyboard gets X's defaults).
         with desktop.phase(f"X adding the gadget's devices ({device_type}, {layout})"):
             desktop.until(self._x_has_gadget, "X.Org adding the gadget's input devices", 120)
-        self.xorg.xkb(layout)
+        self.xorg.keyboards(layout)
         return ft
 
     def _x_has_gadget(self) -> bool:
@@ -99,7 +99,6 @@ def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
             desktop.start_udev()
         with desktop.phase("X.Org"):
             xorg.start()
-            xorg.no_autorepeat()
         with desktop.phase("the Tk application"):
             app.start()
         with desktop.phase("the screen feeder"):

@@ -18,6 +18,7 @@ from desktop import (
 
 MARK_BGR = (12, 89, 232)  # the app's press mark, #e8590c
 DOUBLE_BGR = (232, 72, 112)  # its double-click ring, #7048e8
+CARD_BGR = (180, 119, 31)  # the draggable card, #1f77b4
 DROPPED_BGR = (68, 158, 47)  # the card once it is in the bin, #2f9e44
 HOVER_BGR = (173, 152, 16)  # the box that follows the pointer, #1098ad
 LINES_PER_NOTCH = 3  # the app's wheel binding (app.py)
@@ -102,6 +103,9 @@ def test_drag_moves_the_card_into_the_bin(desk: Desktop, ft: Fingertip) -> None:
     assert start.output["screen_stable"] is True, start.output
     assert desk.app.events(mark, "drag_motion"), "the card never moved with the contact"
     evidence(start, "pointer-drag-held")
+    hx, hy = desk.app.state()["card"]  # where the held contact has the card now
+    assert hx > card[0] + 100, (card, (hx, hy))
+    assert_shows(start, (hx - 60, hy - 30, hx - 45, hy + 30), CARD_BGR, "the card, held")
     target = (canvas[0] + 750, canvas[1] + 200)  # inside the app's "Drop here" bin
     done = ft.ok("drag_release", {"point": normalized(*target)})
     (dropped,) = desk.app.wait_events(mark, "dropped")

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
 .PHONY: systemd-setup board-setup board-test board-test-small test-under-load deploy undeploy
-.PHONY: arm64-setup arm64-test
+.PHONY: arm64-setup arm64-test desktop-setup desktop-test
 
 setup: $(STAMP)
 
@@ -57,6 +57,16 @@ kernel-setup: setup
 kernel-test: setup
 	$(BIN)/python tests/kernel/run.py
 
+# Desktop target tier (tests/desktop, docs/desktop-target.md): the kernel tier's VM running X.Org,
+# udev and a Tk application, driven only through Fingertip's gadget and seen only through a V4L2
+# loopback device. desktop-setup adds its apt packages and builds v4l2loopback for the guest's
+# kernel into the kernel cache; DESKTOP_TEST_ARGS passes pytest arguments (e.g. -k typing).
+desktop-setup: setup
+	$(BIN)/python tests/desktop/setup.py
+
+desktop-test: setup
+	$(BIN)/python tests/desktop/run.py
+
 # systemd-analyze, for the unit files' `verify` in the pure tier (Debian ships it in systemd).
 systemd-setup:
 	@command -v systemd-analyze >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y systemd || \
@@ -86,14 +96,15 @@ arm64-setup: setup
 arm64-test: setup
 	$(BIN)/python tests/arm64/run.py
 
-# Both VM tiers with one of the machine's cores kept busy for the whole run (a CPU hog pinned
+# The VM tiers with one of the machine's cores kept busy for the whole run (a CPU hog pinned
 # to core 0), as on a shared CI runner or a laptop doing other work: they must pass so too.
 test-under-load: setup
 	@$(BIN)/python -c 'while True: pass' & hog=$$!; \
 	taskset -pc 0 $$hog >/dev/null 2>&1 || true; \
 	trap 'kill $$hog 2>/dev/null' EXIT INT TERM; \
 	echo "test-under-load: CPU hog pid $$hog on core 0"; \
-	$(MAKE) --no-print-directory kernel-test && $(MAKE) --no-print-directory board-test
+	$(MAKE) --no-print-directory kernel-test && $(MAKE) --no-print-directory board-test && \
+	$(MAKE) --no-print-directory desktop-test
 
 # make deploy HOST=user@board [PORT=22] [SSH_CONFIG=file]; make undeploy HOST=... (deploy/).
 # HOST and PORT count only on the command line: both are common environment variables.

@@ -87,7 +87,8 @@ def main() -> int:
     # The small-board memory figures against their budgets, and CPU per operation: printed
     # (bench_memory.py), failing only if it cannot run.
     memory = Tier("memory bench", [python, "tests/bench/bench_memory.py"])
-    tiers = [service, kernel, memory, board, arm64]
+    desktop = Tier("desktop", [python, "tests/desktop/run.py"])
+    tiers = [service, kernel, memory, desktop, board, arm64]
     start = time.monotonic()
     # SIGTERM from CI: stop every tier (each tears its own VM down), then report as usual.
     signal.signal(signal.SIGTERM, lambda *_: stop_all(tiers))
@@ -111,6 +112,8 @@ def main() -> int:
             kernel.wait()
             memory.start()
             memory.wait()
+            desktop.start()
+            desktop.wait()
             print("== waiting for the board VM and the arm64 tier", flush=True)
             background.join()
     except KeyboardInterrupt:

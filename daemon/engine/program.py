@@ -192,6 +192,7 @@ class PointerTimeline:
         self.t = 0.0
         self.at = at  # where the pointer was last sent (None: unknown)
         self.down = down
+        self.placed = False  # whether this program has put the mouse cursor somewhere yet
         self.steps: Program = []
 
     def is_at(self, p: Point) -> bool:
@@ -203,23 +204,40 @@ class PointerTimeline:
         self.steps.append(Step(self.t, "pointer", self.pointer.report(x, y, self.down)))
         self.at = p
 
+    def _emit_beside(self, p: Point) -> None:
+        """A report one absolute unit off p on both axes (toward the middle): imperceptible,
+        but a change the host cannot drop (see hover)."""
+        x, y = p.abs()
+        nx, ny = (v - 1 if v > 0 else v + 1 for v in (x, y))
+        self.steps.append(Step(self.t, "pointer", self.pointer.report(nx, ny, self.down)))
+
     def wait(self, ms: float) -> PointerTimeline:
         bound(self.t + ms, len(self.steps))
         self.t += max(0.0, ms)
         return self
 
     def hover(self, p: Point) -> PointerTimeline:
-        """Move without contact (mouse only: a touchscreen has no hover)."""
+        """Move without contact (mouse only: a touchscreen has no hover).
+
+        The first placement of a program goes by way of a point one unit off. Why: a host
+        drops an absolute position equal to the last one it got (Linux's input core does), and
+        its cursor may have moved since our last report (its own mouse, a warp, a fresh
+        enumeration at 0,0): a report at the same position would then leave the cursor where
+        it is, and the click land there.
+        """
         if self.pointer.kind != "mouse":
             raise ValueError("a touchscreen cannot move without contact")
+        if not self.placed:
+            self._emit_beside(p)
+            self.placed = True
         self._emit(p)
         return self
 
     def press(self, p: Point) -> PointerTimeline:
         if self.down:
             raise ValueError("contact is already down")
-        if self.pointer.kind == "mouse" and not self.is_at(p):
-            self._emit(p)
+        if self.pointer.kind == "mouse" and not (self.placed and self.is_at(p)):
+            self.hover(p)
             self.wait(self.pointer.settle_ms)
         self.down = True
         self._emit(p)
@@ -368,9 +386,7 @@ def scroll(
     dx, dy = DIRECTIONS[direction]
     if use_wheel:
         ticks = max(1, math.ceil(distance / WHEEL_UNITS_PER_TICK - 1e-9))
-        tl = PointerTimeline(cfg, ptr, at)
-        if not tl.is_at(p):
-            tl.hover(p).wait(ptr.settle_ms)
+        tl = PointerTimeline(cfg, ptr, at).hover(p).wait(ptr.settle_ms)
         # Wheel up (> 0) shows what is above; pan right (> 0) shows what is to the right.
         sign = -dy if dy else dx
         return tl.wheel(sign * ticks, horizontal=bool(dx)).steps

@@ -2,7 +2,8 @@
 # /init of the kernel-test VM (busybox). Loads the modules, mounts this machine's root (9p,
 # read-only) with the kernel's own proc/sys/dev/configfs inside it, runs the guest pytest
 # session with the project's venv in a chroot of that root, writes the exit code to the
-# writable work folder and powers off. Parameters come from the kernel command line.
+# writable work folder and powers off. Parameters come from the kernel command line
+# (fingertip.tests: the guest test folder, tests/kernel/guest unless the desktop tier's).
 export PATH=/bin
 
 mount -t proc proc /proc
@@ -15,10 +16,12 @@ done </modules.load
 
 project=
 kernel_root=
+tests=tests/kernel/guest
 for word in $(cat /proc/cmdline); do
     case "$word" in
     fingertip.project=*) project="${word#fingertip.project=}" ;;
     fingertip.kernel_root=*) kernel_root="${word#fingertip.kernel_root=}" ;;
+    fingertip.tests=*) tests="${word#fingertip.tests=}" ;;
     esac
 done
 
@@ -50,7 +53,7 @@ chroot $H /usr/bin/env -i \
     HOME=/tmp LANG=C.UTF-8 TERM=dumb PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     FINGERTIP_KERNEL_GUEST=1 FINGERTIP_KERNEL_ROOT="$kernel_root" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
     /bin/sh -c 'cd "$1" && shift && exec .venv/bin/python -m pytest "$@"' sh "$project" \
-    tests/kernel/guest -v --color=no -p no:cacheprovider -p asyncio -p aiohttp --durations=8 \
+    "$tests" -v --color=no -p no:cacheprovider -p asyncio -p aiohttp --durations=8 \
     -o junit_family=xunit1 --junitxml=/run/fingertip/junit.xml -o faulthandler_timeout=60 "$@"
 echo $? >$W/exit-code
 sync

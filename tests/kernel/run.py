@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,19 +39,34 @@ TIMEOUT_S = float(os.environ.get("KERNEL_TEST_TIMEOUT", "1200"))
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1bc")
 
 
-def qemu_command(art: setup.Artifacts, work: Path) -> list[str]:
+@dataclass(frozen=True)
+class Guest:
+    """What a VM tier boots: its guest test folder (the kernel tier's, or the desktop tier's
+    that reuses this VM), its size, and the name its summary lines carry."""
+
+    tests: str = "tests/kernel/guest"
+    smp: int = 1
+    memory_mb: int = 1024
+    tier: str = "kernel"
+    pytest_args: tuple[str, ...] = ()  # before the caller's
+
+
+KERNEL = Guest()
+
+
+def qemu_command(art: setup.Artifacts, work: Path, guest: Guest = KERNEL) -> list[str]:
     ninep = "security_model=none,multidevs=remap"
     return [
         "qemu-system-x86_64",
         "-accel", "tcg",
         "-cpu", setup.GUEST_CPU,
-        "-smp", "1",
-        "-m", "1024",
+        "-smp", str(guest.smp),
+        "-m", str(guest.memory_mb),
         "-nographic", "-no-reboot", "-nic", "none",
         "-kernel", str(art.kernel),
         "-initrd", str(art.initrd),
         "-append", f"{setup.GUEST_CMDLINE} loglevel=4 fingertip.project={PROJECT} "
-        f"fingertip.kernel_root={art.kernel.parent.parent}",
+        f"fingertip.kernel_root={art.kernel.parent.parent} fingertip.tests={guest.tests}",
         "-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{ninep}",
         "-virtfs", f"local,path={work},mount_tag=work,{ninep}",
         # The project and the unpacked kernel on shares of their own, mounted at their own
@@ -115,10 +131,12 @@ def new_run_folder(artifacts: Path = ARTIFACTS) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"run-{stamp}-", dir=artifacts))
 
 
-def boot(art: setup.Artifacts, work: Path) -> tuple[bool, str]:
+def boot(
+    art: setup.Artifacts, work: Path, guest: Guest = KERNEL, timeout_s: float = TIMEOUT_S
+) -> tuple[bool, str]:
     """Run the VM, streaming its console; (timed out?, last console line naming a test)."""
     last_test = ""
-    cmd = qemu_command(art, work)
+    cmd = qemu_command(art, work, guest)
     log = work / "console.log"
     with log.open("w") as logf:
         proc = subprocess.Popen(
@@ -133,14 +151,14 @@ def boot(art: setup.Artifacts, work: Path) -> tuple[bool, str]:
                 line = ANSI.sub("", raw.decode(errors="replace")).rstrip("\r\n")
                 logf.write(line + "\n")
                 print(f"guest| {line}", flush=True)
-                if "tests/kernel/guest/" in line and "::" in line:
+                if f"{guest.tests}/" in line and "::" in line:
                     last_test = line
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         timed_out = False
         try:
-            proc.wait(TIMEOUT_S)
+            proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:  # also on Ctrl-C or SIGTERM: never leave a VM behind
@@ -151,9 +169,9 @@ def boot(art: setup.Artifacts, work: Path) -> tuple[bool, str]:
     return timed_out, last_test
 
 
-def report(outcome: Outcome, wall: float) -> None:
+def report(outcome: Outcome, wall: float, tier: str = "kernel") -> None:
     if outcome.metrics:
-        print("kernel tier measurements:")
+        print(f"{tier} tier measurements:")
         for test, name, value in outcome.metrics:
             print(f"  {name:<34} {value:<14} ({test.rsplit('::', 1)[-1]})")
     for test, why in outcome.skipped:
@@ -163,9 +181,9 @@ def report(outcome: Outcome, wall: float) -> None:
     # A fault of the target-side rig (usbhost.HarnessFault: the kernel dropped events because
     # the reader fell behind) is still a failure, but named as the harness's, and counted.
     faults = outcome.harness_faults
-    print(f"kernel tier harness faults (target-side reader lost events): {len(faults)}")
-    print(f"kernel tier wall time: {wall:.1f} s (setup, boot and tests)")
-    print(f"kernel: {outcome.passed} passed, {len(outcome.failed)} failed", end="")
+    print(f"{tier} tier harness faults (target-side reader lost events): {len(faults)}")
+    print(f"{tier} tier wall time: {wall:.1f} s (setup, boot and tests)")
+    print(f"{tier}: {outcome.passed} passed, {len(outcome.failed)} failed", end="")
     print(f", {len(outcome.skipped)} skipped" if outcome.skipped else "", flush=True)
 
 
@@ -178,27 +196,43 @@ def precompile() -> None:
 
 
 def main(argv: list[str]) -> int:
+    return run_tier(argv, KERNEL, ARTIFACTS, "KERNEL_TEST_ARGS")
+
+
+def run_tier(
+    argv: list[str],
+    guest: Guest,
+    artifacts: Path,
+    args_env: str,
+    timeout_s: float = TIMEOUT_S,
+    prepare: Callable[[], None] | None = None,
+) -> int:
+    """One VM tier's run: set-up (plus the tier's own `prepare`), one boot, the report."""
     start = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally that kills QEMU
     try:
         art = setup.ensure()
+        if prepare is not None:
+            prepare()
     except setup.CannotRun as e:
-        return setup.skip_or_fail(str(e))
-    work = new_run_folder()
+        return setup.skip_or_fail(str(e), f"{guest.tier.upper()} TIER")
+    work = new_run_folder(artifacts)
     precompile()
-    args = argv or shlex.split(os.environ.get("KERNEL_TEST_ARGS", ""))
+    args = [*guest.pytest_args, *(argv or shlex.split(os.environ.get(args_env, "")))]
     (work / "pytest-args").write_text("".join(f"{a}\n" for a in args))
 
     print(
-        f"kernel tier: booting {art.kver} under QEMU (TCG), timeout {TIMEOUT_S:.0f} s", flush=True
+        f"{guest.tier} tier: booting {art.kver} under QEMU (TCG, {guest.smp} vCPU), "
+        f"timeout {timeout_s:.0f} s",
+        flush=True,
     )
-    timed_out, last_test = boot(art, work)
+    timed_out, last_test = boot(art, work, guest, timeout_s)
     wall = time.monotonic() - start
 
     junit, code = work / "junit.xml", work / "exit-code"
     outcome = read_junit(junit) if junit.exists() else Outcome()
     if timed_out:
-        why = f"killed after {TIMEOUT_S:.0f} s; last test line: {last_test or '(none)'}"
+        why = f"killed after {timeout_s:.0f} s; last test line: {last_test or '(none)'}"
         outcome.failed.append(("guest VM", why))
     elif not code.exists():
         why = "the guest ended without writing its exit code (panic or crash? see console above)"
@@ -208,8 +242,8 @@ def main(argv: list[str]) -> int:
         outcome.failed.append(("guest pytest", why))
     if not outcome.failed and outcome.passed == 0:
         outcome.failed.append(("guest pytest", "no test passed"))
-    print(f"kernel tier artifacts (console log, junit xml): {work.relative_to(PROJECT)}")
-    report(outcome, wall)
+    print(f"{guest.tier} tier artifacts (console log, junit xml): {work.relative_to(PROJECT)}")
+    report(outcome, wall, guest.tier)
     return 1 if outcome.failed else 0
 
 

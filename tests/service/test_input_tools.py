@@ -152,7 +152,8 @@ async def test_a_swipe_scrolls(make_daemon: Make) -> None:
         "touch_gesture",
         {"type": "swipe", "start": {"x": 500, "y": 800}, "end": {"x": 500, "y": 550}},
     )
-    assert out["screen_changed"] is True and out["action_output"]["reports"] == 2 + 24 + 3
+    # beside the start, at it, press | 24 steps | 3 lifts
+    assert out["screen_changed"] is True and out["action_output"]["reports"] == 3 + 24 + 3
     st = await state(d)
     assert abs(st["scroll_px"] - 250 * 1920 / 1000) <= 2  # the content followed the contact
     before = st["scroll_px"]

@@ -45,6 +45,13 @@ def mouse(x: float, y: float, down: bool, wheel: int = 0, pan: int = 0) -> bytes
     return reports.mouse(reports.BUTTON_LEFT if down else 0, A(x), A(y), wheel, pan)
 
 
+def beside(x: float, y: float) -> bytes:
+    """The hover one absolute unit off (x, y), toward the middle, that a program's first
+    placement of the mouse goes by."""
+    ax, ay = (a - 1 if a > 0 else a + 1 for a in (A(x), A(y)))
+    return reports.mouse(0, ax, ay)
+
+
 def P(t: float, report: bytes) -> Step:
     return Step(t, "pointer", report)
 
@@ -86,18 +93,36 @@ def test_tap_touchscreen() -> None:
 def test_tap_ios_mouse_moves_settles_then_presses() -> None:
     p = Point(250, 750)
     assert prog.tap(CFG, IOS_MOUSE, p) == [
+        P(0, beside(250, 750)),
         P(0, mouse(250, 750, False)),
         P(80, mouse(250, 750, True)),
         *lifts(140, mouse(250, 750, False)),
     ]
-    # Already there (same absolute position): no move, no settle.
-    assert prog.tap(CFG, IOS_MOUSE, p, at=Point(250.001, 750))[0] == P(0, mouse(250, 750, True))
+
+
+def test_a_mouse_press_moves_even_where_the_last_report_left_the_cursor() -> None:
+    """The host may have moved its cursor since (its own mouse, a warp) and drops a position
+    equal to the last one it got: the press goes by a point one unit off, then settles."""
+    p = Point(250, 750)
+    assert prog.tap(CFG, IOS_MOUSE, p, at=Point(250.001, 750))[:3] == [
+        P(0, beside(250, 750)),
+        P(0, mouse(250, 750, False)),
+        P(80, mouse(250, 750, True)),
+    ]
+    # At the edges the point beside is inside the screen.
+    assert prog.tap(CFG, DESKTOP_MOUSE, Point(0, 1000))[0] == P(
+        0, reports.mouse(0, 1, reports.ABS_MAX - 1)
+    )
 
 
 def test_tap_desktop_mouse_has_no_settle() -> None:
     steps = prog.tap(CFG, DESKTOP_MOUSE, Point(10, 20))
-    assert steps[:2] == [P(0, mouse(10, 20, False)), P(0, mouse(10, 20, True))]
-    assert steps[2].at_ms == 60
+    assert steps[:3] == [
+        P(0, beside(10, 20)),
+        P(0, mouse(10, 20, False)),
+        P(0, mouse(10, 20, True)),
+    ]
+    assert steps[3].at_ms == 60
 
 
 def test_coordinates_0_and_1000_map_to_the_absolute_ends() -> None:
@@ -119,9 +144,9 @@ def test_double_tap() -> None:
         P(190, down),
         *lifts(250, up),
     ]
-    # The mouse moves once; the second press needs no move.
+    # The mouse moves once (by the point beside); the second press needs no move.
     steps = prog.double_tap(CFG, IOS_MOUSE, p)
-    assert [s.at_ms for s in steps] == [0, 80, 140, 155, 170, 270, 330, 345, 360]
+    assert [s.at_ms for s in steps] == [0, 0, 80, 140, 155, 170, 270, 330, 345, 360]
 
 
 def test_long_press_default_and_override() -> None:
@@ -201,6 +226,7 @@ def test_swipe_steps_1_jumps_to_the_end() -> None:
     s = prog.resolve_swipe(Point(100, 100), end=Point(900, 100), duration_ms=320, steps=1)
     steps = prog.swipe(CFG, IOS_MOUSE, s)
     assert steps == [
+        P(0, beside(100, 100)),
         P(0, mouse(100, 100, False)),
         P(80, mouse(100, 100, True)),
         P(80 + 30 + 320, mouse(900, 100, True)),
@@ -226,15 +252,22 @@ def test_scroll_on_a_phone_drags_the_other_way_and_pauses() -> None:
 def test_scroll_on_a_desktop_turns_the_wheel() -> None:
     steps = prog.scroll(CFG, DESKTOP_MOUSE, Point(500, 500), "down", 250, use_wheel=True)
     assert steps == [
+        P(0, beside(500, 500)),
         P(0, mouse(500, 500, False)),
         P(0, mouse(500, 500, False, wheel=-1)),
         P(30, mouse(500, 500, False, wheel=-1)),
         P(60, mouse(500, 500, False, wheel=-1)),
     ]
+    # Even where the last report left it: the wheel turns at the point, not where the host's
+    # cursor went meanwhile.
     steps = prog.scroll(
         CFG, DESKTOP_MOUSE, Point(500, 500), "right", 100, use_wheel=True, at=Point(500, 500)
     )
-    assert steps == [P(0, mouse(500, 500, False, pan=1))]
+    assert steps == [
+        P(0, beside(500, 500)),
+        P(0, mouse(500, 500, False)),
+        P(0, mouse(500, 500, False, pan=1)),
+    ]
 
 
 # --- atomic actions ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from board import Board
+from figures import record  # noqa: F401 (a fixture, shared with the desktop tier)
 from usbhost import SLOWNESS, UsbHost
 
 from gadget.settings import GadgetSettings

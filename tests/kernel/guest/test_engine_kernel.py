@@ -21,6 +21,7 @@ import expected
 import pytest
 from board import Board, Live
 from evdev import InputEvent, ecodes
+from figures import Record
 from usbhost import (
     EVENT_TIMEOUT,
     WRITE_LIMIT_MS,
@@ -42,7 +43,6 @@ from gadget.profiles import build_profile
 
 EV_KEY, EV_ABS = ecodes.EV_KEY, ecodes.EV_ABS
 MOUSE_CODES = {(EV_KEY, ecodes.BTN_LEFT), (EV_ABS, ecodes.ABS_X), (EV_ABS, ecodes.ABS_Y)}
-Record = Callable[[str, object], None]
 
 # --- the board side: backend + engine ------------------------------------------------------
 
@@ -66,17 +66,6 @@ class Rig:
 
 
 Start = Callable[..., Awaitable[Rig]]
-
-
-@pytest.fixture
-def record(record_property: Record) -> Record:
-    """record_property that also prints (the runner shows both)."""
-
-    def both(name: str, value: object) -> None:
-        print(f"measured {name} = {value}")
-        record_property(name, value)
-
-    return both
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from daemon.catalog import CallContext, Catalog, Guard, ToolSpec, object_schema, with_defaults
@@ -136,3 +137,22 @@ def test_every_typed_tool_accepts_its_schema_and_restates_no_default(
             elif name not in schema.get("required", []):
                 assert has_default and field.default is None, f"{spec.name}.{name}"
     assert typed >= 10
+
+
+@pytest.mark.parametrize("device", ["iOS", "Android", "macOS", "windows", "linux"])
+def test_every_tools_schemas_are_valid_json_schema(device: str, tmp_path: Path) -> None:
+    """Checked here once, not in Catalog.register at every start (a slow board's seconds)."""
+    write_config(
+        tmp_path / "f.toml",
+        {
+            "device": {"device_type": device},
+            "backend": {"kind": "simulated"},
+            "state": {"dir": str(tmp_path)},
+        },
+    )
+    catalog = build(load(tmp_path / "f.toml")).catalog
+    specs = list(catalog._specs.values())  # every tool, internal ones and other platforms' too
+    assert len(specs) > 20
+    for spec in specs:
+        jsonschema.Draft202012Validator.check_schema(spec.schema_for(catalog.platform))
+        jsonschema.Draft202012Validator.check_schema(spec.result_schema)

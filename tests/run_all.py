@@ -1,12 +1,14 @@
 """`make test`: the tiers, the emulated ones running beside the others.
 
-The board VM (tests/board: one QEMU core under TCG, about 10 min idle) starts first, and the
+The board VM (tests/board: one QEMU core under TCG, about 10 min idle) starts first; the
 arm64 tier (tests/arm64: the daemon on an emulated aarch64, about 2 min with its root cached,
-10 the first time) follows it on the same line: one emulator at a time. The service tier
+10 the first time) and the desktop tier (tests/desktop: X.Org driven through the gadget, about
+10 min) follow it on the same line: one emulator at a time. The service tier
 (pytest, about 9 min), the kernel tier (about 3 min) and then the memory benchmark run beside
 them, so the suite takes about as long as the longer of the two lines instead of the sum of
 all, on two cores. The service and kernel tiers print as they go. The board VM's and the arm64
-tier's output go to test-artifacts/board-test.log and arm64-test.log while they run and are
+tier's and the desktop tier's output go to test-artifacts/board-test.log, arm64-test.log and
+desktop-test.log while they run and are
 printed whole when the suite ends. Every tier runs even when an earlier one failed, so one run
 reports every tier. The last lines give each tier's result and wall time. The exit status is 0
 only when all passed.
@@ -27,6 +29,7 @@ from typing import IO
 PROJECT = Path(__file__).resolve().parents[1]
 BOARD_LOG = PROJECT / "test-artifacts" / "board-test.log"
 ARM64_LOG = PROJECT / "test-artifacts" / "arm64-test.log"
+DESKTOP_LOG = PROJECT / "test-artifacts" / "desktop-test.log"
 
 
 @dataclass
@@ -94,33 +97,41 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop_all(tiers))
     BOARD_LOG.parent.mkdir(exist_ok=True)
     try:
-        with BOARD_LOG.open("wb") as board_log, ARM64_LOG.open("wb") as arm64_log:
+        with (
+            BOARD_LOG.open("wb") as board_log,
+            ARM64_LOG.open("wb") as arm64_log,
+            DESKTOP_LOG.open("wb") as desktop_log,
+        ):
 
             def emulated() -> None:  # the background line: one emulator at a time
                 board.start(board_log)
                 board.wait()
                 arm64.start(arm64_log)
                 arm64.wait()
+                desktop.start(desktop_log)
+                desktop.wait()
 
             background = threading.Thread(target=emulated, daemon=True)
             background.start()
-            shown = ", ".join(str(p.relative_to(PROJECT)) for p in (BOARD_LOG, ARM64_LOG))
-            print(f"   in the background, then the arm64 tier; output in {shown}", flush=True)
+            logs = (BOARD_LOG, ARM64_LOG, DESKTOP_LOG)
+            shown = ", ".join(str(p.relative_to(PROJECT)) for p in logs)
+            print(
+                f"   in the background, then the arm64 and desktop tiers; output in {shown}",
+                flush=True,
+            )
             service.start()
             service.wait()
             kernel.start()
             kernel.wait()
             memory.start()
             memory.wait()
-            desktop.start()
-            desktop.wait()
-            print("== waiting for the board VM and the arm64 tier", flush=True)
+            print("== waiting for the board VM, the arm64 and the desktop tiers", flush=True)
             background.join()
     except KeyboardInterrupt:
         stop_all(tiers)
         for t in tiers:
             t.wait()
-    for name, log in (("board VM", BOARD_LOG), ("arm64", ARM64_LOG)):
+    for name, log in (("board VM", BOARD_LOG), ("arm64", ARM64_LOG), ("desktop", DESKTOP_LOG)):
         print(f"== {name} output\n{log.read_text(errors='replace')}", end="", flush=True)
     print(summary(tiers, time.monotonic() - start), flush=True)
     return 0 if all(t.code == 0 for t in tiers) else 1

@@ -29,16 +29,21 @@ def test_the_generated_pages_are_current(page: Path) -> None:
     )
 
 
-def documented_keys() -> dict[tuple[str, str], str]:
-    """(section, key) -> the default cell of docs/configuration.md's tables."""
-    out: dict[tuple[str, str], str] = {}
+def config_rows() -> dict[tuple[str, str], tuple[str, str]]:
+    """(section, key) -> (default, meaning) cells of docs/configuration.md's tables."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
     section = ""
     for line in docgen.CONFIG_PAGE.read_text().splitlines():
         if m := re.fullmatch(r"## \[(\w+)\]", line):
             section = m[1]
-        elif m := re.match(r"\| `(\w+)` \| `(.*?)` \|", line):
-            out[(section, m[1])] = m[2]
+        elif m := re.match(r"\| `(\w+)` \| `(.*?)` \| .*? \| (.*) \|$", line):
+            out[(section, m[1])] = (m[2], m[3].strip())
     return out
+
+
+def documented_keys() -> dict[tuple[str, str], str]:
+    """(section, key) -> the default cell of docs/configuration.md's tables."""
+    return {key: default for key, (default, _) in config_rows().items()}
 
 
 def plain(value: Any) -> Any:
@@ -66,6 +71,13 @@ def test_every_config_key_is_documented_with_the_default_the_code_uses() -> None
         assert tomllib.loads(f"v = {cell}")["v"] == default, (
             f"[{section}].{key}: docs/configuration.md says {cell}, the code uses {default!r}"
         )
+
+
+def test_every_config_key_says_what_it_means() -> None:
+    rows = config_rows()
+    assert len(rows) > 100
+    blank = sorted(f"[{s}].{k}" for (s, k), (_, meaning) in rows.items() if not meaning)
+    assert not blank, f"keys without a meaning (a comment in etc/fingertip.toml or a doc): {blank}"
 
 
 def test_every_key_of_the_config_file_is_documented() -> None:

@@ -88,11 +88,15 @@ class ServerConfig:
     listen: list[str] = _key(
         ["127.0.0.1"], _strings(), "addresses to bind; never 0.0.0.0 unless you mean it"
     )
-    port: int = _key(8080, _PORT)
+    port: int = _key(
+        8080, _PORT, "the one port: tools API, WebSocket, MCP, Tool Lab, stream, metrics"
+    )
     allowed_hosts: list[str] = _key(
         [], _strings(), "extra Host header names accepted (besides the listen addresses)"
     )
-    max_body_bytes: int = _key(1 << 20, _int(1024, 64 << 20))
+    max_body_bytes: int = _key(
+        1 << 20, _int(1024, 64 << 20), "the largest request body; more is 413 request_too_large"
+    )
     tool_timeout_s: float = _key(60.0, _num(0.1, 3600), "limit for non-HID tools")
     hid_timeout_s: float = _key(300.0, _num(1, 3600), "server-side limit of a HID invocation")
     max_pending_hid: int = _key(
@@ -139,8 +143,8 @@ class ServerConfig:
 @dataclass(frozen=True)
 class GuardConfig:
     http: str = _key("read-write", _GUARD)
-    ws: str = _key("read-write", _GUARD)
-    ipc: str = _key("read-write", _GUARD)
+    ws: str = _key("read-write", _GUARD, "the WebSocket tool protocol at /api/ws")
+    ipc: str = _key("read-write", _GUARD, "the IPC socket (the fingertip CLI)")
     mcp: str = _key("read-write", _GUARD, "the MCP endpoint at /mcp")
 
 
@@ -238,8 +242,10 @@ class TraceConfig:
 class BackendConfig:
     kind: str = _key("board", {"enum": ["board", "simulated"]})
     sim_width: int = _key(0, _int(0, 8192), "simulated screen width; 0 = by platform")
-    sim_height: int = _key(0, _int(0, 8192))
-    sim_reenumerate_s: float = _key(0.05, _num(0, 10))
+    sim_height: int = _key(0, _int(0, 8192), "simulated screen height; 0 = by platform")
+    sim_reenumerate_s: float = _key(
+        0.05, _num(0, 10), "how long the simulated target takes to re-enumerate (writes fail)"
+    )
 
 
 @dataclass(frozen=True)
@@ -311,10 +317,12 @@ class InputConfig:
 @dataclass(frozen=True)
 class CaptureConfig:
     device: str = _key("/dev/video0", _STR, "a path, /dev/v4l/by-id/..., or a udev ID_SERIAL")
-    width: int = _key(1920, _int(16, 8192))
-    height: int = _key(1080, _int(16, 8192))
-    fps: float = _key(30.0, _num(1, 240))
-    fourcc: str = _key("MJPG", {"type": "string", "minLength": 4, "maxLength": 4})
+    width: int = _key(1920, _int(16, 8192), "the frame width asked of the capture device")
+    height: int = _key(1080, _int(16, 8192), "the frame height asked of it")
+    fps: float = _key(30.0, _num(1, 240), "the frame rate asked of it")
+    fourcc: str = _key(
+        "MJPG", {"type": "string", "minLength": 4, "maxLength": 4}, "the pixel format asked of it"
+    )
     buffers: int = _key(2, _int(1, 16), "V4L2 buffers the driver fills (each holds a frame)")
     idle_stop_s: float = _key(10.0, _num(0.1, 3600))
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
@@ -345,8 +353,8 @@ class StreamConfig:
     default_fps: float = _key(15.0, _num(0.5, 60), "frame rate when the query names none")
     max_fps: float = _key(30.0, _num(0.5, 60), "the highest fps a viewer may ask for")
     default_quality: int = _key(70, _int(1, 100), "JPEG quality when the query names none")
-    min_quality: int = _key(10, _int(1, 100))
-    max_quality: int = _key(95, _int(1, 100))
+    min_quality: int = _key(10, _int(1, 100), "the lowest JPEG quality a viewer may ask for")
+    max_quality: int = _key(95, _int(1, 100), "the highest JPEG quality a viewer may ask for")
     max_viewers: int = _key(20, _int(1, 256), "streams open at once; more get 503")
     stall_timeout_s: float = _key(
         10.0, _num(0.5, 600), "a viewer whose socket takes no frame for this long is dropped"
@@ -365,7 +373,9 @@ class StreamConfig:
 @dataclass(frozen=True)
 class ShellConfig:
     cwd: str = _key("", _STR, "working directory; empty = the state folder")
-    default_timeout_s: float = _key(30.0, _num(0.1, 3600))
+    default_timeout_s: float = _key(
+        30.0, _num(0.1, 3600), "a command's limit when the call names no timeout_s"
+    )
     max_output_bytes: int = _key(64 << 10, _int(1024, 16 << 20))
     max_sessions: int = _key(8, _int(0, 256), "sessions running at once")
     keep_ended_s: float = _key(
@@ -376,9 +386,11 @@ class ShellConfig:
 
 @dataclass(frozen=True)
 class WeatherConfig:
-    geocoding_url: str = _key("https://geocoding-api.open-meteo.com/v1/search", _STR)
-    forecast_url: str = _key("https://api.open-meteo.com/v1/forecast", _STR)
-    timeout_s: float = _key(10.0, _num(0.1, 120))
+    geocoding_url: str = _key(
+        "https://geocoding-api.open-meteo.com/v1/search", _STR, "place names to coordinates"
+    )
+    forecast_url: str = _key("https://api.open-meteo.com/v1/forecast", _STR, "the forecast")
+    timeout_s: float = _key(10.0, _num(0.1, 120), "limit of one request to the weather service")
     max_reply_bytes: int = _key(
         1 << 20, _int(1024, 64 << 20), "a bigger upstream reply is refused, not read whole"
     )
@@ -405,7 +417,9 @@ class DiscoveryConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    level: str = _key("info", {"enum": ["debug", "info", "warning", "error"]})
+    level: str = _key(
+        "info", {"enum": ["debug", "info", "warning", "error"]}, "the least severe level logged"
+    )
     format: str = _key("auto", {"enum": ["auto", "json", "console"]})
 
 

@@ -185,6 +185,14 @@ def run_deploy(
     return done
 
 
+def scaled(template: str, key: str, default: float, value: float) -> str:
+    """The config template with `key`'s default line set to `value` (asserting the default, so
+    a changed default is seen here rather than silently not scaled)."""
+    line = f"{key} = {default}"
+    assert line in template, line
+    return template.replace(line, f"{key} = {float(value)}")
+
+
 @pytest.fixture(scope="module")
 def deployed(
     board: BoardVM, workdir: Path, phone_link: GuestStream, recorder: GuestStream
@@ -195,44 +203,26 @@ def deployed(
     # This board is emulated: a profile switch took 6-16 s here (udev and the target's drivers
     # under TCG), against the 15 s limit made for a real board's 1-2 s; seen to fail an iOS
     # chord with the machine busy. The limit is a config key, scaled here as the waits are.
-    default = "profile_switch_timeout_s = 15.0"
-    assert default in template
-    template = template.replace(
-        default, f"profile_switch_timeout_s = {min(300, round(30 * board.slowness))}.0"
+    template = scaled(
+        template, "profile_switch_timeout_s", 15.0, min(300, round(30 * board.slowness))
     )
     # Likewise the write limit: a real host polls a new keyboard at once, and 750 ms past a
     # program's end is ample there; here the guest's usbhid fetched the iOS chord's four reports
     # over 0.8 s with a core hogged (h5, stop 28: all four arrived, the call said
     # hid_write_timeout).
-    default = "write_timeout_ms = 750.0"
-    assert default in template
-    template = template.replace(
-        default, f"write_timeout_ms = {min(60000, round(5000 * board.slowness))}.0"
-    )
+    template = scaled(template, "write_timeout_ms", 750.0, min(60000, round(5000 * board.slowness)))
     # Likewise the header timeout, which also bounds a TLS handshake: a board does one in
     # milliseconds; this emulated one took 7.7 s with its CPU busy (a probe beside the daemon).
-    default = "header_timeout_s = 15.0"
-    assert default in template
-    template = template.replace(
-        default, f"header_timeout_s = {min(600, round(30 * board.slowness))}.0"
-    )
+    template = scaled(template, "header_timeout_s", 15.0, min(600, round(30 * board.slowness)))
     # Likewise udev's giving the re-created /dev/hidgN nodes the daemon's group after a switch:
     # milliseconds on a board, more than the 10 s default once in a loaded run here (s26load:
     # board.nodes_not_accessible, then the chord failed with hid_io_failed on EACCES).
     # Likewise the capture's first frame: vivid delivers 5 fps of 1920x1080 under TCG here, and
     # a reopened capture's first frame came later than 3 s (stop 33).
-    default = "no_frame_timeout_s = 3.0"
-    assert default in template
-    template = template.replace(
-        default, f"no_frame_timeout_s = {min(60, round(10 * board.slowness))}.0"
-    )
+    template = scaled(template, "no_frame_timeout_s", 3.0, min(60, round(10 * board.slowness)))
     # Likewise an OCR read's limit: the engine's start and a read took 105 s here under load
     # (stop 32), against 120 s made for a real board's few seconds.
-    default = "read_timeout_s = 120.0"
-    assert default in template
-    template = template.replace(
-        default, f"read_timeout_s = {min(3600, round(240 * board.slowness))}.0"
-    )
+    template = scaled(template, "read_timeout_s", 120.0, min(3600, round(240 * board.slowness)))
     # A 256 MB board captures at 1280x720, as small boards do (a 1080p raw frame is 6 MB, and
     # the emulated board's vivid holds its own buffers of that size in the kernel): at 1080p
     # the daemon's 105 MB and the kernel's left the VM's 205 MB out of memory (stop 33).

@@ -50,6 +50,7 @@ EVENT_TIMEOUT_S = 30.0
 WRITE_TIMEOUT_MS = 15_000.0
 EVIDENCE_STABLE_MS = 1500
 EVIDENCE_TIMEOUT_MS = 10_000
+NO_FRAME_TIMEOUT_S = 30.0
 # OCR under TCG is hundreds of times slower than on a board: a read may take minutes before the
 # daemon kills it ([ocr].read_timeout_s), and a text tool's call waits a little longer.
 OCR_READ_TIMEOUT_S = 540.0
@@ -427,6 +428,10 @@ class Fingertip:
                     "height": HEIGHT,
                     "fps": float(FEED_FPS),
                     "fourcc": FOURCC,
+                    # The screen feeder is ffmpeg under TCG: with the machine busy (three
+                    # emulators and a CPU hog on two cores) it went silent for more than the
+                    # 3 s a real grabber is given, and a screenshot said capture_unavailable.
+                    "no_frame_timeout_s": NO_FRAME_TIMEOUT_S,
                 },
                 "input": {
                     # The host side of this cable is the same emulated machine: under TCG its

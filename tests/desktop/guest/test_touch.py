@@ -58,8 +58,12 @@ def test_swipe_draws_its_path(desk: Desktop, ft: Fingertip) -> None:
     assert near(press, *start), press
     assert near(release, *end), release
     path = desk.app.events(mark, "drag_motion")
-    assert len(path) >= 5, f"only {len(path)} motion events along the swipe"
     xs = [p["x"] for p in path]
+    # A path, not a jump: the contact was seen between its ends. How many motion events Tk
+    # reports depends on the load (it merges the motion events queued while it was busy: 4
+    # with the machine busy, more idle), so the check is where they lie, not how many.
+    between = [x for x in xs if start[0] + 100 <= x <= end[0] - 100]
+    assert between, f"no motion seen between the swipe's ends: {xs}"
     assert xs == sorted(xs), "the path went back and forth"
     evidence(reply, "touch-swipe-after")
     mx, my = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2

@@ -109,6 +109,9 @@ def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
         if d is not None:
             d.close()
         desktop.note_cpu()
+        # Events the kernel dropped before X read them: 0 unless X's input thread fell behind
+        # (then a typing or pointer check may fail for the rig's sake, not the product's).
+        desktop.FIGURES["x_input_events_dropped"] = str(xorg.dropped_events())
         desktop.stop_all()
         for name, value in desktop.FIGURES.items():
             record_testsuite_property(name, value)

@@ -74,11 +74,8 @@ SNAPSHOT_ID = re.compile(r"f(\d+)-(\d+)(?:-r(\d+)\.(\d+)\.(\d+)\.(\d+))?")
 
 
 def snapshot_id(reading: Reading) -> str:
-    """Names the frame: its capture sequence number and capture time (ms, monotonic), and
-    the rectangle read when a region was (r x0.y0.x1.y1 in pixels)."""
-    f = reading.frame
-    out = f"f{f.seq}-{round(f.captured_at * 1000)}"
-    return out if reading.crop is None else out + "-r" + ".".join(map(str, reading.crop))
+    """Names the frame a reading is of (Reading.snapshot_id)."""
+    return reading.snapshot_id
 
 
 def snapshot_key(snapshot: str) -> tuple[int, Crop | None] | None:
@@ -183,9 +180,7 @@ class Tree:
                     "id": f"l{li}",
                     "text": line.text,
                     "confidence": round(line.confidence, 3),
-                    "box": _px(line.box),
-                    "box_normalized": _norm(line.box, w, h),
-                    "center": _center(line.box, w, h),
+                    **_placed(line.box, w, h),
                     "words": ids,
                 }
             )
@@ -210,9 +205,7 @@ def _element(wid: str, word: Word, line_id: str, w: int, h: int) -> dict[str, An
         "type": "text",
         "text": word.text,
         "confidence": round(word.confidence, 3),
-        "box": _px(word.box),
-        "box_normalized": _norm(word.box, w, h),
-        "center": _center(word.box, w, h),
+        **_placed(word.box, w, h),
         "line": line_id,
     }
 
@@ -312,9 +305,7 @@ def find(tree: Tree, query: str, mode: MatchMode = "contains") -> list[dict[str,
                         "line_text": line.text,
                         "line": f"l{li}",
                         "confidence": round(line.confidence, 3),
-                        "box": _px(box),
-                        "box_normalized": _norm(box, w, h),
-                        "center": _center(box, w, h),
+                        **_placed(box, w, h),
                         "whole_line": whole,
                     },
                 )
@@ -333,12 +324,9 @@ MOVE_MIN_PX = 8
 MOVE_MIN_SHARE = 0.3  # ... or less than this share of the line's height
 
 
-def _placed(line: Line, w: int, h: int) -> dict[str, Any]:
-    return {
-        "box": _px(line.box),
-        "box_normalized": _norm(line.box, w, h),
-        "center": _center(line.box, w, h),
-    }
+def _placed(box: Box, w: int, h: int) -> dict[str, Any]:
+    """A box in frame pixels, normalized (0..1000), and its center."""
+    return {"box": _px(box), "box_normalized": _norm(box, w, h), "center": _center(box, w, h)}
 
 
 def _distance(a: Line, b: Line) -> float:
@@ -353,13 +341,11 @@ def changes(before: Iterable[Line], after: Iterable[Line], w: int, h: int) -> di
     a line of `before` with the same text, the nearest ones paired first; a pair further apart
     than MOVE_MIN_PX and MOVE_MIN_SHARE of its height moved. Pure."""
     old, new = ordered(before), ordered(after)
+    by_text: dict[str, list[int]] = {}
+    for j, b in enumerate(new):
+        by_text.setdefault(b.text, []).append(j)
     pairs = sorted(
-        (
-            (_distance(a, b), i, j)
-            for i, a in enumerate(old)
-            for j, b in enumerate(new)
-            if a.text == b.text
-        ),
+        (_distance(a, new[j]), i, j) for i, a in enumerate(old) for j in by_text.get(a.text, ())
     )
     paired_old: dict[int, int] = {}
     paired_new: set[int] = set()
@@ -372,13 +358,17 @@ def changes(before: Iterable[Line], after: Iterable[Line], w: int, h: int) -> di
         a, b = old[i], new[j]
         height = max(1, b.box[3] - b.box[1])
         if _distance(a, b) > max(MOVE_MIN_PX, MOVE_MIN_SHARE * height):
-            moved.append({"text": b.text, "from": _placed(a, w, h), **_placed(b, w, h)})
+            moved.append({"text": b.text, "from": _placed(a.box, w, h), **_placed(b.box, w, h)})
     return {
         "appeared": [
-            {"text": b.text, **_placed(b, w, h)} for j, b in enumerate(new) if j not in paired_new
+            {"text": b.text, **_placed(b.box, w, h)}
+            for j, b in enumerate(new)
+            if j not in paired_new
         ],
         "disappeared": [
-            {"text": a.text, **_placed(a, w, h)} for i, a in enumerate(old) if i not in paired_old
+            {"text": a.text, **_placed(a.box, w, h)}
+            for i, a in enumerate(old)
+            if i not in paired_old
         ],
         "moved": moved,
         "unchanged": len(paired_old) - len(moved),

@@ -77,7 +77,7 @@ class Remembered:
     lines: tuple[Line, ...]
     width: int
     height: int
-    captured_ms: int  # the frame's capture time, as its snapshot id names it
+    snapshot_id: str  # the reading's (Reading.snapshot_id)
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,14 @@ class Reading:
     lines: tuple[Line, ...]
     elapsed_ms: int
     crop: Crop | None = None
+
+    @property
+    def snapshot_id(self) -> str:
+        """Names the frame: its capture sequence number and capture time (ms, monotonic), and
+        the rectangle read when a region was (r x0.y0.x1.y1 in pixels)."""
+        f = self.frame
+        out = f"f{f.seq}-{round(f.captured_at * 1000)}"
+        return out if self.crop is None else out + "-r" + ".".join(map(str, self.crop))
 
 
 def shifted(line: Line, dx: int, dy: int) -> Line:
@@ -349,12 +357,12 @@ class Ocr:
         shifted_lines = tuple(shifted(ln, x0, y0) for ln in lines) if crop else tuple(lines)
         ms = round((time.monotonic() - started) * 1000)
         log.info("ocr.read", seq=frame.seq, crop=crop, lines=len(lines), ms=ms)
-        captured_ms = round(frame.captured_at * 1000)
-        remembered = Remembered(shifted_lines, frame.width, frame.height, captured_ms)
+        reading = Reading(frame, shifted_lines, ms, crop)
+        remembered = Remembered(shifted_lines, frame.width, frame.height, reading.snapshot_id)
         self._remembered[(frame.seq, crop)] = remembered
         while len(self._remembered) > REMEMBERED:
             self._remembered.popitem(last=False)
-        return Reading(frame, shifted_lines, ms, crop)
+        return reading
 
     async def _ready_worker(self) -> Worker:
         if self._worker is not None:

@@ -277,32 +277,33 @@ class TextTools:
 
     async def screen_text(self, args: dict[str, Any], ctx: CallContext) -> Any:
         reading = await self.reading(args)
-        out = self.tree(reading, args).to_dict()
+        tree = self.tree(reading, args)
+        out = tree.to_dict()
         since = args.get("since")
         if since is not None:
-            out["changes"] = await self.since(since, reading, args, ctx)
+            out["changes"] = await self.since(since, reading, tree, args, ctx)
         return out
 
     async def since(
-        self, since: str, reading: Reading, args: dict[str, Any], ctx: CallContext
+        self, since: str, reading: Reading, tree: Tree, args: dict[str, Any], ctx: CallContext
     ) -> dict[str, Any]:
         """What changed from `since` (a snapshot id, or the screen the action started on) to
-        `reading`; what kept it from being said, inside."""
+        `reading` (its `tree`); what kept it from being said, inside."""
         region, floor = Region.of(args.get("region")), float(args["min_confidence"])
         if since == text_changes.BEFORE:
-            before = text_changes.noted_frame(ctx.evidence, "before")
-            if before is None:
-                return {"since": since, "error": text_changes.unavailable(
-                    '"before" is the screen an action started on: it names one only in an '
-                    "action's evidence (a WebSocket call's after.visualTreeArguments)"
-                )}  # fmt: skip
-            try:
-                return await text_changes.between(self.ocr, before, reading.frame, region, floor)
-            except ToolError as exc:
-                return {"since": since, "error": exc.to_dict()}
+            found = await text_changes.of_action(
+                self.ocr,
+                ctx.evidence,
+                reading.frame,
+                region,
+                floor,
+                missing='"before" is the screen an action started on: it names one only in an '
+                "action's evidence (a WebSocket call's after.visualTreeArguments)",
+            )
+            return {"since": since, **found} if "error" in found else found
         key = snapshot_key(since)
         old = self.ocr.remembered(*key) if key is not None else None
-        if old is None or key is None or not since.startswith(f"f{key[0]}-{old.captured_ms}"):
+        if old is None or old.snapshot_id != since:
             return {"since": since, "error": text_changes.unavailable(
                 f"snapshot {since} is not one of the last {ocr_mod.REMEMBERED} readings"
             )}  # fmt: skip
@@ -312,7 +313,7 @@ class TextTools:
                 f"the screen was {old.width}x{old.height} then and is {w}x{h} now"
             )}  # fmt: skip
         then = kept(old.lines, w, h, region, floor)
-        found = changes(then, self.tree(reading, args).lines, w, h)
+        found = await asyncio.to_thread(changes, then, tree.lines, w, h)
         return {"since": since, "snapshot_id": snapshot_id(reading), **found}
 
     async def matches(self, args: dict[str, Any]) -> tuple[Reading, list[dict[str, Any]]]:

@@ -131,3 +131,17 @@ async def test_hostile_since_values_are_refused_at_the_edge(make_daemon: Make) -
         status, body, _ = await call(d, "screen_text", {"since": since})
         code = body["error"]["code"]  # a lone surrogate or NaN is no JSON value: the payload
         assert status == 400 and code in ("tool_arguments_invalid", "tool_call_payload_invalid")
+
+
+async def test_a_since_naming_a_read_frame_at_another_time_is_not_taken_for_it(
+    make_daemon: Make,
+) -> None:
+    """The id names the frame by its sequence number and its capture time, exactly: one that
+    only starts like a real id (its time with a digit more) names no reading."""
+    d = start(make_daemon)
+    first = await ok(d, "screen_text", {})
+    for since in (first["snapshot_id"] + "7", first["snapshot_id"][:-1]):
+        out = await ok(d, "screen_text", {"since": since})
+        assert out["changes"]["error"]["code"] == "text_changes_unavailable", since
+    out = await ok(d, "screen_text", {"since": first["snapshot_id"]})
+    assert "error" not in out["changes"] and out["changes"]["since"] == first["snapshot_id"]

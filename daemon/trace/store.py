@@ -28,7 +28,7 @@ import sqlite3
 import tarfile
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -93,7 +93,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-COLUMNS = (
+RECORDED = (  # what Row.values holds
     "id",
     "started_at",
     "ended_at",
@@ -111,10 +111,8 @@ COLUMNS = (
     "profile_switches",
     "released",
     "result",
-    "trusted",
-    "request_bytes",
 )
-RECORDED = COLUMNS[:17]  # what Row.values holds; the rest are Row's own fields
+COLUMNS = (*RECORDED, "trusted", "request_bytes")  # the rest are Row's own fields
 _JSON_COLUMNS = ("args", "profile_switches", "released", "result")
 _FLAGS = ("hid", "client_gone", "trusted")
 
@@ -305,9 +303,17 @@ def give_back(conn: sqlite3.Connection) -> None:
     per step of its statement, each step a result row of no columns: Python's execute() steps
     it once, and its cursor ends at such a row, so fetchall() too left all but one page free
     (1,208 of 1,255 pages after size prunes). executescript() steps each statement to its end.
-    The checkpoint then writes the shrunken file and empties the WAL."""
+    The checkpoint then writes the shrunken file and empties the WAL. It does not wait for a
+    reader's snapshot (an export holds one for its whole download): with the writer's 5 s busy
+    timeout it stalled every prune 5 s and the recorder's queue filled. Busy, it checkpoints
+    what it can now and the next prune does the rest."""
     conn.executescript("PRAGMA incremental_vacuum;")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    (wait_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
 
 
 def _drop_oldest(conn: sqlite3.Connection, ledger: Ledger, trusted: bool, excess: int) -> int:
@@ -571,9 +577,7 @@ def _kinds(conn: sqlite3.Connection, invocation_id: str) -> str:
     return _scalar(kinds)
 
 
-def one(
-    conn: sqlite3.Connection, invocation_id: str, *, hide_critical: bool = False
-) -> tuple[Sequence[Any], list[Image]] | None:
+def one(conn: sqlite3.Connection, invocation_id: str) -> tuple[Sequence[Any], list[Image]] | None:
     """One invocation's values (COLUMNS order) and its images, or None."""
     row = conn.execute(
         f"SELECT {','.join(COLUMNS)} FROM invocations WHERE id = ?", (invocation_id,)
@@ -589,7 +593,7 @@ def export(
     *,
     hide_critical: bool = False,
     chunk: int = 1 << 16,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The matching records (oldest first) as a .tar.gz, yielded in pieces of about `chunk`
     bytes: images/<id>-<kind>.jpg, then trace.jsonl. A tar member's size comes before its
     content, so the lines are written twice over one snapshot (a read transaction): measured

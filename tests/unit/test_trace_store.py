@@ -379,3 +379,24 @@ def test_a_prune_gives_every_free_page_back(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
         assert store.file_bytes(conn) <= 256 << 10 < pages * 4096
     assert path.stat().st_size <= 256 << 10  # checkpointed: the file itself shrank
+
+
+def test_giving_space_back_does_not_wait_for_an_open_reader(tmp_path: Path) -> None:
+    """An export holds one read snapshot for its whole download: the writer's checkpoint after
+    a prune must not wait out its busy timeout (5 s) for it, every prune, and once the reader
+    is gone the next one empties the WAL."""
+    path = tmp_path / "trace.db"
+    with contextlib.closing(store.open_writer(path)) as writer:
+        store.insert(writer, [row(1, 1.0)])
+        with contextlib.closing(store.open_reader(path)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM invocations").fetchall()  # the snapshot
+            store.insert(writer, [row(2, 2.0)])
+            began = time.monotonic()
+            store.give_back(writer)
+            # A bound, not a timing: waiting for the reader takes the whole 5 s busy timeout.
+            assert time.monotonic() - began < 4.0
+            assert writer.execute("PRAGMA busy_timeout").fetchone() == (5000,)
+            reader.execute("COMMIT")
+        store.give_back(writer)
+        assert Path(f"{path}-wal").stat().st_size == 0

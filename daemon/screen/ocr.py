@@ -144,7 +144,6 @@ class Worker:
         self._stdin, self._stdout = proc.stdin, proc.stdout
         self._next_id = 0
         self.version = ""
-        self.load_ms = 0
 
     @classmethod
     async def start(cls, threads: int) -> Worker:
@@ -167,7 +166,7 @@ class Worker:
         header, _ = await self._receive()
         if "fatal" in header:
             raise EngineFailed(str(header["fatal"]))
-        self.version, self.load_ms = str(header.get("version", "")), int(header.get("ms", 0))
+        self.version = str(header.get("version", ""))
 
     async def read(self, image: Any) -> tuple[list[Line], int]:
         """The engine's lines for `image` (an H x W x 3 uint8 array) and its time in ms."""

@@ -82,7 +82,6 @@ class RapidEngine:
             # the model's time is linear in width (bench_ocr: 12 ms at 96 px, 36 ms at 320).
             "Rec.rec_img_shape": [3, 48, rec_min_width],
         }
-        self.params = params
         ocr: Any = RapidOCR(params=params)
         if detect_on_ink:
             # The detector runs on the frame's ink (see ink()); recognition reads the frame

@@ -27,7 +27,7 @@ import base64
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -308,10 +308,9 @@ def _json(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
-def _close(chunks: Iterator[bytes], conn: sqlite3.Connection | None) -> None:
+def _close(chunks: Generator[bytes, None, None], conn: sqlite3.Connection | None) -> None:
     """End an export (its read transaction with it) and its connection."""
     with contextlib.suppress(sqlite3.Error):
-        if hasattr(chunks, "close"):
-            chunks.close()
+        chunks.close()
     if conn is not None:
         conn.close()

@@ -120,8 +120,9 @@ class Caller:
 
     def authorize(self, tool: str, policy: str, private: bool = False) -> None:
         """The whole rule for running something of `policy` (and `private`) for this caller:
-        the token rule, then its guard as its token's max policy lowered it. Tools go through
-        it in Catalog.call; the port's actions that are no tools (/api/sim) call it alone."""
+        the token rule, then its guard as its token's max policy lowered it. Catalog.call takes
+        the same two steps apart (the token rule before the arguments are read, the guard right
+        before the tool runs); the port's actions that are no tools (/api/sim) call this."""
         self.check_token(tool, policy, private)
         check_guard(self.effective, tool, policy)
 

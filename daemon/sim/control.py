@@ -22,6 +22,12 @@ ACTIONS = (
 )
 
 
+def policy(action: str) -> tuple[str, bool]:
+    """(policy, private) of an action, for Caller.authorize: the state shows the text typed into
+    the target (private, like a screenshot); every other action changes the target (write)."""
+    return ("read", True) if action == "state" else ("write", False)
+
+
 def _bad(message: str) -> ToolError:
     return ToolError("tool_call_payload_invalid", message)
 

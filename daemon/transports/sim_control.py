@@ -13,7 +13,7 @@ from aiohttp import web
 from daemon.auth import Auth
 from daemon.catalog import Guard
 from daemon.errors import ToolError
-from daemon.sim.control import control
+from daemon.sim.control import control, policy
 from daemon.transports.responses import error_response
 from daemon.wire import loads
 
@@ -21,16 +21,10 @@ if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
-def rule(action: str) -> tuple[str, bool]:
-    """(policy, private) of an action: the state shows the text typed into the target (private,
-    like a screenshot); every other action changes the target (write)."""
-    return ("read", True) if action == "state" else ("write", False)
-
-
 def routes(target: SimTarget, auth: Auth, guard: Guard) -> list[web.RouteDef]:
     def check(request: web.Request, action: str) -> None:
         caller = auth.caller("sim", guard, request, kind="http")
-        caller.authorize(f"sim/{action}", *rule(action))
+        caller.authorize(f"sim/{action}", *policy(action))
 
     async def state(request: web.Request) -> web.Response:
         try:

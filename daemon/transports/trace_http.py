@@ -35,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from daemon.auth import Auth
-from daemon.catalog import Caller, Catalog, Guard
+from daemon.catalog import Caller, Catalog, Guard, check_guard
 from daemon.errors import ToolError
 from daemon.screen.service import Screen
 from daemon.trace import store
@@ -219,11 +219,7 @@ class TraceApi:
         try:
             caller = self._caller(request)
             guard, token_id = caller.effective, caller.token_id
-            if not guard.permits("write"):
-                raise ToolError(
-                    "tool_execution_denied",
-                    f"replay is a write; this caller is limited to {guard.max_policy!r}",
-                )
+            check_guard(guard, "trace/replay", "write")  # a replay runs tools: a write
             body = await request.read()
             try:
                 doc = loads(body) if body.strip() else {}

@@ -118,6 +118,12 @@ class Caller:
         caller ran is the audit trail proper (daemon/trace/store.py keeps it apart)."""
         return self.authenticated or not self.token_required
 
+    @property
+    def sees_critical(self) -> bool:
+        """Whether the flight recorder shows this caller a critical tool's arguments and result
+        (only a caller that may run critical tools sees what they were given)."""
+        return self.effective.permits("critical")
+
     def authorize(self, tool: str, policy: str, private: bool = False) -> None:
         """The whole rule for running something of `policy` (and `private`) for this caller:
         the token rule, then its guard as its token's max policy lowered it. Catalog.call takes

@@ -138,11 +138,10 @@ class TraceApi:
 
     async def list(self, request: web.Request) -> web.Response:
         try:
-            guard = self._caller(request).effective
+            hide = not self._caller(request).sees_critical
             f = parse_filter(request.query, default_limit=100, max_limit=1000)
         except ToolError as exc:
             return data_error(exc)
-        hide = not guard.permits("critical")
         status = dumps(self.recorder.status())
 
         def listing(conn: sqlite3.Connection | None) -> bytes:
@@ -156,11 +155,10 @@ class TraceApi:
 
     async def one(self, request: web.Request) -> web.Response:
         try:
-            guard = self._caller(request).effective
+            hide = not self._caller(request).sees_critical
         except ToolError as exc:
             return data_error(exc)
         inv_id = request.match_info["id"]
-        hide = not guard.permits("critical")
 
         def record(conn: sqlite3.Connection | None) -> bytes | None:
             found = store.one(conn, inv_id) if conn else None
@@ -186,11 +184,10 @@ class TraceApi:
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         try:
-            guard = self._caller(request).effective
+            hide = not self._caller(request).sees_critical
             f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         except ToolError as exc:
             return data_error(exc)
-        hide = not guard.permits("critical")
         conn = await self._open()
         chunks = store.export(conn, f, hide_critical=hide)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -58,7 +58,13 @@ import structlog
 from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
-from daemon.transports.limits import ReaderStopped, Throttled, taken, too_many_connections
+from daemon.transports.limits import (
+    ReaderStopped,
+    Throttled,
+    fits,
+    taken,
+    too_many_connections,
+)
 from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.transports.ipc")
@@ -375,6 +381,8 @@ class IpcServer:
                 if writer.is_closing():  # dropped meanwhile: nothing more is written
                     raise ConnectionResetError("the connection is closed")
                 writer.write(frame)
+                if fits(writer.transport, 0):  # buffered under the high-water mark: no wait
+                    return
                 try:
                     await taken(writer.transport, writer.drain(), self.cfg.send_timeout_s)
                 except ReaderStopped:

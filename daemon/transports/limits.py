@@ -259,6 +259,16 @@ class ReaderStopped(ConnectionResetError):
     """The client took nothing of its reply for the send timeout: its connection was aborted."""
 
 
+def fits(transport: asyncio.BaseTransport | None, size: int) -> bool:
+    """Whether `size` more bytes fit in the transport's buffer under its high-water mark: a
+    write of them cannot wait on the client, so it needs no `taken` (a task and a wait, ~12 us
+    on every small reply)."""
+    if not isinstance(transport, asyncio.WriteTransport):
+        return False
+    _, high = transport.get_write_buffer_limits()
+    return transport.get_write_buffer_size() + size <= high
+
+
 async def taken(transport: asyncio.WriteTransport | None, write: Awaitable[T], timeout: float) -> T:
     """`write` (a write that waits for the client to take its bytes), as long as the client
     takes some of them every `timeout` seconds: one that stops reading has its connection
@@ -298,6 +308,9 @@ def reply_deadline(timeout: float) -> Any:
             await response.prepare(request)
             await response.write_eof()
 
+        body = getattr(response, "body", None)
+        if isinstance(body, bytes) and fits(request.transport, len(body) + 4096):  # + headers
+            return response  # aiohttp sends it: it cannot wait on the client
         try:
             await taken(request.transport, send(), timeout)
         except ReaderStopped:

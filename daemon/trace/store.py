@@ -669,7 +669,7 @@ def _line(values: Sequence[Any], kinds: str, hide_critical: bool) -> bytes:
     )
 
 
-def _record(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
+def _record(row: Sequence[Any]) -> dict[str, Any]:
     out = dict(zip(COLUMNS, row, strict=True))
     for key in _JSON_COLUMNS:
         out[key] = json.loads(out[key]) if out[key] is not None else None
@@ -681,12 +681,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
 def select(conn: sqlite3.Connection, f: Filter) -> list[dict[str, Any]]:
     """Matching invocations as dicts, newest first (or oldest first), each with its image
     kinds. For few records (replay's, one): listings go by page()."""
-    where, params = f.where()
-    rows = conn.execute(
-        f"SELECT {','.join(COLUMNS)} FROM invocations{where}{f.order()} LIMIT ?",
-        [*params, f.limit],
-    ).fetchall()
-    out = [_record(r) for r in rows]
+    out = [_record(r) for r in _rows(conn, f)]
     for r in out:
         r["images"] = json.loads(_kinds(conn, r["id"]))
     return out

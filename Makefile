@@ -31,8 +31,8 @@ run: setup
 	$(BIN)/fingertipd --config etc/fingertip.dev.toml
 
 # Every tier: the whole board under QEMU (make deploy onto it and the acceptance checks), then
-# the arm64 tier, in the background from the start, beside the pure and service tiers and then
-# the kernel tier: the two lines take about as long, so the suite takes about the longer one's
+# the arm64 and desktop tiers, in the background from the start, beside the pure and service
+# tiers, the kernel tier and the memory benchmark: the suite takes about the longer line's
 # time, not the sum (tests/run_all.py).
 # Each VM tier skips loudly where it cannot run, and fails instead under CI=true.
 test: setup browser-setup systemd-setup

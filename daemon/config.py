@@ -251,7 +251,7 @@ class BackendConfig:
 @dataclass(frozen=True)
 class InputConfig:
     """Timings of the input engine (daemon/engine). Defaults follow what real phones showed other
-    projects (shared/target-facts.md); the kernel tier and real boards may tune them."""
+    projects; the kernel tier and real boards may tune them."""
 
     tap_hold_ms: float = _key(60.0, _num(1, 5000), "contact held for a tap")
     ios_cursor_settle_ms: float = _key(

@@ -34,7 +34,13 @@ from daemon.config import OcrConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.memory import board_memory_mb, ocr_enabled
-from daemon.screen import ocr_worker as wire
+from daemon.screen import ocr_wire as wire
+
+# OCR's values live in ocr_types; named here too (`as`: re-exported) for readers of this module.
+from daemon.screen.ocr_types import Crop as Crop
+from daemon.screen.ocr_types import Line as Line
+from daemon.screen.ocr_types import Word as Word
+from daemon.screen.ocr_types import shifted
 
 log = structlog.get_logger("daemon.screen.ocr")
 
@@ -46,28 +52,6 @@ CACHED_FRAMES = 2
 # Older readings' lines alone (a few KB each) stay this long, for screen_text's `since`.
 REMEMBERED = 32
 RETIRE_GRACE_S = 5.0  # a worker told to exit gets this long before it is killed
-
-
-@dataclass(frozen=True)
-class Word:
-    """One recognized word: its text, confidence and box in frame pixels (x0, y0, x1, y1)."""
-
-    text: str
-    confidence: float
-    box: tuple[int, int, int, int]
-
-
-@dataclass(frozen=True)
-class Line:
-    """One detected text line (the engine's unit) and the words it splits into."""
-
-    text: str
-    confidence: float
-    box: tuple[int, int, int, int]
-    words: tuple[Word, ...]
-
-
-Crop = tuple[int, int, int, int]  # a rectangle of the frame in pixels (x0, y0, x1, y1)
 
 
 @dataclass(frozen=True)
@@ -96,37 +80,6 @@ class Reading:
         f = self.frame
         out = f"f{f.seq}-{round(f.captured_at * 1000)}"
         return out if self.crop is None else out + "-r" + ".".join(map(str, self.crop))
-
-
-def shifted(line: Line, dx: int, dy: int) -> Line:
-    def move(b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        return b[0] + dx, b[1] + dy, b[2] + dx, b[3] + dy
-
-    words = tuple(Word(w.text, w.confidence, move(w.box)) for w in line.words)
-    return Line(line.text, line.confidence, move(line.box), words)
-
-
-def _box(value: Any) -> tuple[int, int, int, int]:
-    x0, y0, x1, y1 = (int(v) for v in value)
-    return x0, y0, x1, y1
-
-
-def line_item(line: Line) -> list[Any]:
-    words = [[w.text, w.confidence, list(w.box)] for w in line.words]
-    return [line.text, line.confidence, list(line.box), words]
-
-
-def line_from(item: Any) -> Line:
-    try:
-        text, score, box, words = item
-        return Line(
-            str(text),
-            float(score),
-            _box(box),
-            tuple(Word(str(t), float(s), _box(b)) for t, s, b in words),
-        )
-    except (TypeError, ValueError) as exc:
-        raise wire.ProtocolError(f"malformed line {item!r}: {exc}") from None
 
 
 def engine_installed() -> bool:
@@ -185,7 +138,7 @@ class Worker:
             raise wire.ProtocolError(f"reply {header.get('id')} to request {self._next_id}")
         if "error" in header:
             raise ReadFailed(str(header["error"]))
-        return [line_from(item) for item in header["lines"]], int(header.get("ms", 0))
+        return [wire.line_from(item) for item in header["lines"]], int(header.get("ms", 0))
 
     async def _receive(self) -> tuple[dict[str, Any], bytes]:
         sizes = await self._stdout.readexactly(wire.PREFIX.size)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
-from daemon.screen.ocr import Line, Word
+from daemon.screen.ocr_types import Line, Word
 
 if TYPE_CHECKING:
     from daemon.frames import Image

@@ -14,7 +14,8 @@ from typing import Any
 
 from daemon.errors import ToolError
 from daemon.frames import Frame
-from daemon.screen.ocr import Crop, Ocr
+from daemon.screen.ocr import Ocr
+from daemon.screen.ocr_types import Crop
 from daemon.screen.visual_tree import Region, Tree, changes, snapshot_id
 
 BEFORE = "before"  # `since`: the screen the running action started on

@@ -17,7 +17,8 @@ from typing import Any, Literal
 import regex
 
 from daemon.errors import ToolError
-from daemon.screen.ocr import Crop, Line, Reading, Word
+from daemon.screen.ocr import Reading
+from daemon.screen.ocr_types import Crop, Line, Word
 
 MatchMode = Literal["exact", "contains", "regex"]
 MATCH_MODES = ("exact", "contains", "regex")

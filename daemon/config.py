@@ -10,8 +10,8 @@ by gadget.settings. Errors name the key, e.g.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,7 @@ import jsonschema
 from daemon.screen.options import STABLE
 from daemon.wire import WireError, check
 from gadget import layouts
-from gadget.settings import GadgetSettings, retired_keys
+from gadget.settings import GadgetSettings, read_config_file, retired_keys
 
 DEVICE_TYPES = ("iOS", "Android", "macOS", "windows", "linux")
 GUARD_PRESETS = ("disabled", "read-only", "read-write", "full-access")
@@ -83,6 +83,16 @@ class DeviceConfig:
         return layouts.for_target(self.keyboard_layout, self.platform)
 
 
+def is_ip_address(text: str) -> bool:
+    """Whether `text` is an IP address literal (an IPv6 one may name its zone: fe80::1%usb0).
+    Checked here, without DNS, so that --check refuses what the listener could not bind."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     listen: list[str] = _key(
@@ -138,6 +148,12 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+        for address in self.listen:
+            if not is_ip_address(address):
+                raise ValueError(
+                    f"listen: {address!r} is not an IP address (IPv4, or IPv6 without brackets "
+                    "and port; names are not resolved)"
+                )
 
 
 @dataclass(frozen=True)
@@ -522,10 +538,7 @@ def load(path: Path | None = None) -> Config:
     """Load the config file: --config, else $FINGERTIP_CONFIG, else the board default."""
     path = path or Path(os.environ.get("FINGERTIP_CONFIG", BOARD_CONFIG))
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        data = read_config_file(path)
+    except ValueError as exc:  # one line naming the file: missing, unreadable, not TOML
+        raise ConfigError(str(exc)) from None
     return from_mapping(data, str(path))

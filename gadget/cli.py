@@ -12,16 +12,15 @@ import json
 import os
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from gadget.configfs import Gadget
 from gadget.errors import GadgetError
 from gadget.log import LEVELS, configure_logging
 from gadget.profiles import PLATFORMS, PROFILES, build_profile
-from gadget.settings import GadgetSettings
+from gadget.settings import ConfigFileMissing, GadgetSettings, read_config_file
 
 PROG = "fingertip-gadget"
 DEFAULT_CONFIG = Path("/etc/fingertip/fingertip.toml")
@@ -47,14 +46,11 @@ def load_config(path: Path | None) -> tuple[str, GadgetSettings]:
     explicit = path is not None or "FINGERTIP_CONFIG" in os.environ
     path = path or Path(os.environ.get("FINGERTIP_CONFIG", DEFAULT_CONFIG))
     try:
-        with path.open("rb") as fh:
-            data: dict[str, Any] = tomllib.load(fh)
-    except FileNotFoundError:
+        data = read_config_file(path)
+    except ConfigFileMissing:
         if explicit:
-            raise ValueError(f"{path}: config file not found") from None
+            raise
         data = {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
     device, table = data.get("device", {}), data.get("gadget", {})
     for name, value in (("device", device), ("gadget", table)):
         if not isinstance(value, dict):

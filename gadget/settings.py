@@ -9,12 +9,43 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+
+# A config file is a few KB; this refuses a device or a huge file given by mistake.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class ConfigFileMissing(ValueError):
+    """There is no file at the config's path (the gadget CLI may go on with defaults)."""
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML document of the config file at `path`, for the daemon and the gadget CLI alike.
+    Every way it cannot be read is a ValueError of one line that names the file."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_CONFIG_BYTES >> 10} KiB: not a config file")
+        return tomllib.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigFileMissing(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.object[exc.start]:#04x} at offset {exc.start}"
+        raise ValueError(f"{path}: not UTF-8 text ({where}): save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+
 
 # The composite's functions by role; `function_order` is a permutation of these.
 ROLES = ("keyboard", "consumer", "ecm", "pointer")

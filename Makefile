@@ -107,10 +107,15 @@ test-under-load: setup
 	$(MAKE) --no-print-directory desktop-test
 
 # make deploy HOST=user@board [PORT=22] [SSH_CONFIG=file]; make undeploy HOST=... (deploy/).
-# HOST and PORT count only on the command line: both are common environment variables.
-DEPLOY_ARGS = --host '$(if $(filter command line,$(origin HOST)),$(HOST))' \
-	--port '$(if $(filter command line,$(origin PORT)),$(PORT),22)' \
-	$(if $(SSH_CONFIG),--ssh-config '$(SSH_CONFIG)')
+# HOST and PORT count only on the command line: both are common environment variables. They
+# reach deploy.py through the environment, taken verbatim ($(value)): nothing of theirs is
+# ever part of the recipe's shell command, so no quote in them can end it (and `--host=`: a
+# leading '-' is not an option of deploy.py either); deploy.py checks them before ssh runs.
+unexport HOST PORT SSH_CONFIG  # make would expand them (a $(shell ...) too) to export them
+deploy undeploy: export DEPLOY_HOST = $(if $(filter command line,$(origin HOST)),$(value HOST))
+deploy undeploy: export DEPLOY_PORT = $(if $(filter command line,$(origin PORT)),$(value PORT),22)
+deploy undeploy: export DEPLOY_SSH_CONFIG = $(value SSH_CONFIG)
+DEPLOY_ARGS = --host="$$DEPLOY_HOST" --port="$$DEPLOY_PORT" --ssh-config="$$DEPLOY_SSH_CONFIG"
 
 deploy: setup
 	$(BIN)/python deploy/deploy.py deploy $(DEPLOY_ARGS)

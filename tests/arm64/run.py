@@ -42,6 +42,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT))
 from daemon.sim.layout import apps_for, make_layout  # noqa: E402
+from deploy import DeployError  # noqa: E402
 from tests.arm64 import CACHE, root, wheelhouse  # noqa: E402
 from tests.service.daemonproc import free_port, write_config  # noqa: E402
 
@@ -98,7 +99,7 @@ def xkbcommon_sdist() -> Path:
     found = sorted(folder.glob(f"xkbcommon-{version}.tar.gz"))
     if found:
         return found[0]
-    wheelhouse.deploy._pip(
+    wheelhouse.deploy_build._pip(
         "download", "--quiet", "--no-deps", "--no-binary=:all:", "--dest", str(folder),
         f"xkbcommon=={version}", what="downloading the xkbcommon sdist",
     )  # fmt: skip
@@ -284,7 +285,7 @@ def tier(step: Steps, run: Path) -> None:
             house = wheelhouse.build(run / "dist")
             sim = wheelhouse.sim_wheels()
             xkb = root.xkbcommon_wheel(home, xkbcommon_sdist(), sim)
-        except wheelhouse.deploy.DeployError as e:
+        except DeployError as e:
             raise Failed(str(e)) from e
         size = sum(p.stat().st_size for p in house.wheels) / 1e6
         print(f"  {len(house.wheels)} wheels, {size:.0f} MB; for the simulated target: "

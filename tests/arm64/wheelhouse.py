@@ -1,4 +1,4 @@
-"""`make deploy`'s wheelhouse for an aarch64 board that is not here: deploy/deploy.py's own
+"""`make deploy`'s wheelhouse for an aarch64 board that is not here: deploy/build.py's own
 build_wheel and build_wheelhouse, given the facts such a board's probe reports (aarch64,
 CPython 3.11, glibc 2.36: Debian bookworm, Raspberry Pi OS). Cached in
 ~/.cache/fingertip/arm64/wheelhouse under deploy's own key (the venv's pins, the platform, the
@@ -12,34 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.util
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-from tests.arm64 import CACHE, PROJECT
-
-
-def _deploy() -> ModuleType:
-    """deploy/deploy.py (a script, not a package), under the name the unit tests load it by."""
-    name = "fingertip_deploy"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, PROJECT / "deploy" / "deploy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-deploy = _deploy()
+from deploy import build as deploy_build
+from deploy import pure as deploy_pure
+from tests.arm64 import CACHE
 
 # What `board.sh probe` reports on a 64-bit Debian bookworm board.
-BOARD = deploy.BoardFacts(
+BOARD = deploy_pure.BoardFacts(
     uid=0, arch="aarch64", python=(3, 11), libc=("glibc", (2, 36)), current=None
 )
 
@@ -68,10 +51,10 @@ def _turns(name: str) -> Iterator[None]:
 def build(dist: Path) -> Wheelhouse:
     """The fingertip wheel into `dist` (a folder of the caller's: another build may replace
     its own at any time), and the cached wheelhouse for BOARD."""
-    wheel = deploy.build_wheel(dist)
+    wheel = deploy_build.build_wheel(dist)
     folder = CACHE / "wheelhouse"
     with _turns("wheelhouse"):
-        wheels = deploy.build_wheelhouse(wheel, BOARD, folder, EXTRAS)
+        wheels = deploy_build.build_wheelhouse(wheel, BOARD, folder, EXTRAS)
     return Wheelhouse(wheel, folder, wheels)
 
 
@@ -86,14 +69,14 @@ def sim_wheels() -> Path:
     from (root.xkbcommon_wheel builds one from these)."""
     folder = CACHE / "sim-wheelhouse"
     pins = CACHE / "constraints.txt"  # build_wheelhouse's (the venv's pins): build() first
-    target = deploy.pip_download_args(BOARD)
-    key = deploy.wheelhouse_key(pins.read_text(), target, "\n".join(SIM_REQUIREMENTS))
+    target = deploy_pure.pip_download_args(BOARD)
+    key = deploy_build.wheelhouse_key(pins.read_text(), target, "\n".join(SIM_REQUIREMENTS))
     stamp = folder / ".made-of"
     with _turns("sim-wheelhouse"):
         if not (stamp.is_file() and stamp.read_text() == key):
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
-            deploy._pip(
+            deploy_build._pip(
                 "download", "--dest", str(folder), "--constraint", str(pins), *target,
                 *SIM_REQUIREMENTS, what="the simulated target's wheels for aarch64",
             )  # fmt: skip

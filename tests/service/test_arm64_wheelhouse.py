@@ -1,4 +1,4 @@
-"""`make deploy`'s wheelhouse for a 64-bit ARM board, built here without one: deploy.py's own
+"""`make deploy`'s wheelhouse for a 64-bit ARM board, built here without one: deploy's own
 build for the facts an aarch64 Debian bookworm board reports (CPython 3.11, glibc 2.36), from
 the package index the first time and from ~/.cache/fingertip/arm64/wheelhouse after (deploy's
 own cache key). It must hold a wheel for every dependency, each one the board's pip installs,
@@ -18,9 +18,10 @@ from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from deploy import build as deploy_build
+from deploy.pure import platform_tags
 from tests.arm64 import wheelhouse
 
-deploy = wheelhouse.deploy
 BOARD = wheelhouse.BOARD
 
 # PEP 508's marker environment of the board's Python (Debian bookworm's CPython on aarch64).
@@ -50,7 +51,7 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> wheelhouse.Wheelhouse:
 
 def _requires(wheel: Path, extras: tuple[str, ...] = ("",)) -> list[Requirement]:
     """A wheel's Requires-Dist that apply on the board with these extras asked for."""
-    lines = deploy.wheel_requirements(wheel).splitlines()
+    lines = deploy_build.wheel_requirements(wheel).splitlines()
     reqs = [Requirement(line.split(":", 1)[1].strip()) for line in lines]
     return [
         r
@@ -69,7 +70,7 @@ def _by_name(wheels: list[Path]) -> dict[NormalizedName, tuple[Version, Path]]:
 
 
 def test_every_wheel_is_one_the_boards_pip_installs(house: wheelhouse.Wheelhouse) -> None:
-    platforms = deploy.platform_tags(BOARD.arch, BOARD.libc[1])
+    platforms = platform_tags(BOARD.arch, BOARD.libc[1])
     board = {
         *cpython_tags((3, 11), ["cp311"], platforms),
         *compatible_tags((3, 11), "cp311", platforms),
@@ -137,7 +138,7 @@ def test_a_second_build_asks_the_index_for_nothing(
     def no_index(*args: str, what: str) -> None:
         raise AssertionError(f"pip {args[0]} ran again ({what})")
 
-    monkeypatch.setattr(deploy, "_pip", no_index)
-    monkeypatch.setattr(deploy, "build_wheel", lambda out: house.wheel)
+    monkeypatch.setattr(deploy_build, "_pip", no_index)
+    monkeypatch.setattr(deploy_build, "build_wheel", lambda out: house.wheel)
     again = wheelhouse.build(tmp_path)
     assert [p.name for p in again.wheels] == [p.name for p in house.wheels]

@@ -403,6 +403,6 @@ def check_fd_budget(*caps: int) -> None:
     """Warn at start when the connection caps cannot all be served under the fd limit: past it,
     accept() fails (EMFILE) for everyone instead of the surplus being refused."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    needed = sum(caps) + FD_RESERVE
+    needed = sum(caps) + MAX_REFUSING + FD_RESERVE
     if soft != resource.RLIM_INFINITY and needed > soft:
         log.warning("fd_limit_below_connection_caps", fd_limit=soft, needed=needed)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import resource
 import ssl
@@ -111,9 +112,10 @@ def server_log() -> logging.Logger:
 
 
 class _Refuse(asyncio.Protocol):
-    """One connection over the cap: a 503 answer, then an orderly close; `release` at its end."""
+    """One connection refused (over the cap, or plain HTTP on a TLS port): its answer, then an
+    orderly close; `release` (its count) at its end."""
 
-    def __init__(self, answer: bytes, release: Callable[[], None] = lambda: None):
+    def __init__(self, answer: bytes, release: Callable[[], None]):
         self.answer = answer
         self.release = release
         self.timer: asyncio.TimerHandle | None = None
@@ -155,13 +157,26 @@ def http_answer(status: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
+def _once(release: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            release()
+
+    return once
+
+
 class Admission:
     """Every connection of one HTTP runner, over all its listeners together, from its accept to
     its close, against the cap: served by aiohttp (its `server.connections`), accepted but not
-    yet registered there (`pending`), or still at a TLS listener's gate or in its handshake
-    (`gated`). The connections over the cap being answered 503 are counted apart and bounded
-    too (`refusing`, at most MAX_REFUSING): past both, a connection is closed at once. So the
-    daemon's descriptors for HTTP stay under cap + MAX_REFUSING whatever arrives."""
+    yet registered there (`pending`), or on a TLS listener still at its gate, in its handshake
+    or being told to use https (`gated`). The connections over the cap being answered 503 are
+    counted apart and bounded too (`refusing`, at most MAX_REFUSING): past both, a connection
+    is closed at once. So the daemon's descriptors for HTTP stay under cap + MAX_REFUSING, plus
+    sockets between their accept and their close, whatever arrives."""
 
     _of: ClassVar[weakref.WeakKeyDictionary[web.Server, Admission]] = weakref.WeakKeyDictionary()
 
@@ -184,23 +199,26 @@ class Admission:
     def open(self) -> int:
         return len(self.server.connections) + self.pending + self.gated
 
-    def admit(self) -> bool:
-        return self.open < self.cap
+    def gate(self) -> Callable[[], None] | None:
+        """A place under the cap for a connection at a TLS gate, and its one-shot release; or
+        None when the cap is reached."""
+        if self.open >= self.cap:
+            return None
+        self.gated += 1
+        return _once(self._ungate)
+
+    def _ungate(self) -> None:
+        self.gated -= 1
 
     def refusal(self) -> Callable[[], None] | None:
         """A refusal slot and its one-shot release, or None when MAX_REFUSING are taken."""
         if self.refusing >= MAX_REFUSING:
             return None
         self.refusing += 1
-        released = False
+        return _once(self._unrefuse)
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.refusing -= 1
-
-        return release
+    def _unrefuse(self) -> None:
+        self.refusing -= 1
 
 
 class CappedSite(web.TCPSite):
@@ -244,16 +262,16 @@ class CappedSite(web.TCPSite):
         def registered() -> None:
             admission.pending -= 1
 
-        def factory() -> asyncio.Protocol:
-            if admission.admit():
-                if self._ssl is None:
+        def factory() -> asyncio.BaseProtocol:
+            if self._ssl is None:
+                if admission.open < self._cap:
                     admission.pending += 1
                     loop.call_soon(loop.call_soon, registered)
                     return server()
-                # Counted as gated until connect_accepted_socket has run the handler's
-                # connection_made, which registers it in server.connections.
-                admission.gated += 1
-                return self._gate(admission, server, self._handshake_timeout, None)
+            else:
+                release = admission.gate()
+                if release is not None:
+                    return self._gate(admission, server, self._handshake_timeout, release, True)
             release = admission.refusal()
             if release is None:
                 self._shed(max_connections=self._cap, refusing=MAX_REFUSING)
@@ -261,9 +279,9 @@ class CappedSite(web.TCPSite):
             self._refused(code="too_many_connections", max_connections=self._cap)
             if self._ssl is None:
                 return _Refuse(self._answer, release)
-            refuse = lambda: _Refuse(self._answer, release)  # noqa: E731
+            refuse = functools.partial(_Refuse, self._answer, release)
             timeout = min(self._handshake_timeout, REFUSE_HANDSHAKE_S)
-            return self._gate(admission, refuse, timeout, release)
+            return self._gate(admission, refuse, timeout, release, False)
 
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog
@@ -274,20 +292,20 @@ class CappedSite(web.TCPSite):
         admission: Admission,
         serve: Callable[[], asyncio.BaseProtocol],
         timeout: float,
-        release: Callable[[], None] | None,
+        release: Callable[[], None],
+        admitted: bool,
     ) -> Gate:
-        """A gate for an admitted connection (release None: counted in `gated` until it is
-        handed over) or a refused one (its refusal slot released unless a _Refuse took it)."""
+        """A gate holding `release` (its place under the cap, or its refusal slot) until the
+        connection closes, or, admitted and served by TLS, until aiohttp counts it instead. A
+        _Refuse that takes the connection (the 503, or the 400 to plain HTTP) releases it."""
         assert self._ssl is not None
 
         def done(gate: Gate) -> None:
             admission.gates.discard(gate)
-            if release is None:
-                admission.gated -= 1
-            elif not gate.handed_over:
+            if not gate.handed_over or (gate.handed_over == "tls" and admitted):
                 release()
 
-        plain = lambda: _Refuse(self._plain_answer)  # noqa: E731
+        plain = functools.partial(_Refuse, self._plain_answer, release)
         gate = Gate(self._ssl, serve, plain, done, timeout, self._handshake_failed)
         admission.gates.add(gate)
         return gate

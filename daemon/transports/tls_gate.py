@@ -25,7 +25,7 @@ class Gate(asyncio.Protocol):
     (MSG_PEEK), never read: a handshake record goes to asyncio's TLS, anything else is plain
     HTTP, answered by `refuse_plain`; both through connect_accepted_socket on the socket.
     Nothing within `timeout` (or EOF) closes it, and the handshake has `timeout` too. `done` is
-    called once: the connection served by TLS (`handed_over`), refused or closed."""
+    called once: the connection handed over (to TLS, or to the plain refusal) or closed."""
 
     def __init__(
         self,
@@ -43,7 +43,7 @@ class Gate(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
         self.finished = False
-        self.handed_over = False  # a protocol of `serve` or `refuse_plain` has the connection
+        self.handed_over = ""  # "tls" (a protocol of `serve` has it) or "plain" (refuse_plain)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         raw = transport.get_extra_info("socket")
@@ -86,7 +86,7 @@ class Gate(asyncio.Protocol):
                 )
             else:
                 await self.loop.connect_accepted_socket(self.refuse_plain, sock)
-            self.handed_over = True
+            self.handed_over = "tls" if tls else "plain"
         except (OSError, ssl.SSLError, EOFError) as exc:  # a client that is not one, or left
             sock.close()
             self.failed(error=type(exc).__name__, reason=str(exc)[:200])

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from daemon.discovery import board_id
 from daemon.tls.certinfo import (
     CertInfo,
     TlsError,
@@ -169,6 +168,10 @@ class Tls:
         return Loaded(info, server_context(cert, key), "self-made", cert, key)
 
     def _self_made(self, cert: Path, key: Path) -> CertInfo:
+        # Imported here: daemon.discovery brings the config's schema (jsonschema), which the
+        # certificate child (`python -m daemon.tls`, which imports this package) does not need.
+        from daemon.discovery import board_id
+
         board = board_id(self.config.state_dir)
         server = self.config.server
         unspecified = any(host_part(a) in ("0.0.0.0", "::") for a in server.listen)

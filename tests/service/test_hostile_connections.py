@@ -3,7 +3,8 @@ max_connections on a TLS listener. Each one used to get an uncounted first-byte 
 up to header_timeout_s, with no limit on how many waited: 400 silent connections held 411
 descriptors after they should have been shed, and 1,100 connections at 250/s ran the daemon out
 of descriptors (accept_failed, EMFILE), after which even screen_text failed. Now every
-connection counts from its accept to its close, and those over the cap are answered (at most
+connection counts from its accept to its close, on all listeners together (each listener used
+to count only its own connections at the gate), and those over the cap are answered (at most
 limits.MAX_REFUSING at a time, briefly) or closed at once.
 
 The daemon's descriptors are read from /proc/<pid>/fd. health_check is asked over the IPC
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from daemon.transports.limits import MAX_REFUSING, REFUSE_HANDSHAKE_S
@@ -186,3 +188,43 @@ async def test_over_the_cap_a_silent_tls_refusal_ends_within_its_own_bound(
             assert late.recv(100) == b""
     took = time.monotonic() - start
     assert took < REFUSE_HANDSHAKE_S + 3, took
+
+
+async def test_connections_at_the_gate_count_against_one_cap_for_all_listeners(
+    make_daemon: Make, held: list[socket.socket]
+) -> None:
+    """Two TLS listeners, two silent connections on each: the cap of 4 is reached, so the next
+    one on either gets the 503 (each listener used to count only its own gates)."""
+    d = make_daemon(
+        {
+            "server": {
+                "tls": "on",
+                "listen": ["127.0.0.1", "127.0.0.2"],
+                "max_connections": 4,
+                "header_timeout_s": HEADER_TIMEOUT_S,
+            }
+        }
+    )
+    for address in ("127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.2"):
+        held.append(socket.create_connection((address, d.port), timeout=10))
+
+    async def refused() -> bool:
+        connector = aiohttp.TCPConnector(ssl=False, force_close=True)
+        async with (
+            aiohttp.ClientSession(connector=connector) as s,
+            s.get(f"https://127.0.0.2:{d.port}/api/tools") as r,
+        ):
+            return r.status == 503 and (await r.json())["error"]["code"] == "too_many_connections"
+
+    # The daemon may take a turn to accept the four; before that the call is served.
+    assert await eventually(refused, "a 503 while four silent connections hold the cap")
+    for s in held:
+        s.close()
+    held.clear()
+
+    def served() -> bool:
+        with contextlib.suppress(OSError):  # urllib's HTTPError for a 503 too
+            return bool(d.health()["ok"])
+        return False
+
+    assert await eventually(served, "served again once they left")

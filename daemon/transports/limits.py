@@ -141,7 +141,7 @@ class _Refuse(asyncio.Protocol):
 
 class _Shed(asyncio.Protocol):
     """One connection over the cap while MAX_REFUSING others are being refused: closed at once,
-    unread and unanswered (what a flood gets; it costs a descriptor for one loop turn)."""
+    unread and unanswered (what a flood gets; it costs a descriptor for a few loop turns)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)

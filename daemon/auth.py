@@ -6,7 +6,6 @@ Shared by the HTTP API and the WebSocket endpoint (same port, same rules).
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import ipaddress
 import secrets
@@ -19,11 +18,12 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp.web import BaseRequest
 
+from daemon.addresses import is_loopback
 from daemon.catalog import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
 from daemon.errors import ToolError
 from daemon.invocations import CALLER_HEADER, caller_label
-from daemon.tls import write_private
+from daemon.private_files import write_private
 
 log = structlog.get_logger("daemon.auth")
 
@@ -176,16 +176,6 @@ def _host_name(addr: str) -> str:
         return f"[{addr}]" if ipaddress.ip_address(addr).version == 6 else addr
     except ValueError:
         return addr
-
-
-@functools.lru_cache(maxsize=256)  # parsed on every request; clients are few
-def is_loopback(remote: str | None) -> bool:
-    if not remote:
-        return False
-    try:
-        return ipaddress.ip_address(remote.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def ensure_state_dir(path: Path) -> None:

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from daemon.addresses import loopback
 from daemon.auth import Auth
 from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard
 from daemon.config import Config
-from daemon.tls import RENEW_DAYS, Tls, loopback
+from daemon.tls import RENEW_DAYS, Tls
 from daemon.transports.ipc import Access
 from daemon.wire import iso_utc
 

@@ -47,7 +47,7 @@ from gadget.log import configure_logging
 
 log = structlog.get_logger("daemon.service")
 
-# Plain HTTP sent to a TLS listener: answered, in plain text, by daemon.tls.Gate.
+# Plain HTTP sent to a TLS listener: answered, in plain text, by transports.tls_gate.Gate.
 TLS_ONLY = ToolError(
     "tls_required",
     "this port speaks HTTPS only: use https:// (the certificate's fingerprint is in "
@@ -221,7 +221,8 @@ class Daemon:
                 server.port,
                 server.max_connections,
                 answer,
-                tls=self.tls if secured else None,
+                ssl_context=self.tls.context if secured else None,
+                handshake_timeout=server.header_timeout_s,
                 plain_answer=plain,
             ).start()
         await self.ipc.start()

@@ -58,13 +58,8 @@ import structlog
 from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard, Outcome, ToolSpec
 from daemon.config import IpcConfig
 from daemon.errors import ToolError
-from daemon.transports.limits import (
-    ReaderStopped,
-    Throttled,
-    fits,
-    taken,
-    too_many_connections,
-)
+from daemon.throttled import Throttled
+from daemon.transports.limits import ReaderStopped, fits, taken, too_many_connections
 from daemon.wire import WireError, check
 
 log = structlog.get_logger("daemon.transports.ipc")

@@ -9,10 +9,13 @@ transports, once.
 - Readers that stop: a client must take some of its reply every [server].send_timeout_s
   ([ipc].send_timeout_s on the socket), or its connection is aborted and its slot freed
   (`taken`, `reply_deadline`); aiohttp itself would wait on a full socket without end.
-- Connection caps: `CappedSite` answers a TCP connection over [server].max_connections with one
-  503 too_many_connections and closes it; the IPC server applies [ipc].max_connections itself.
-  On a TLS listener (daemon.tls) a connection counts from its accept, through daemon.tls.Gate
-  and its handshake; the 503 then goes over TLS, and plain HTTP gets the gate's 400.
+- Connection caps: every TCP connection, on every listener together, counts against
+  [server].max_connections from its accept to its close (`Admission`): on a TLS listener also
+  while at its tls_gate.Gate and in its handshake. One over the cap gets one 503
+  too_many_connections and is closed (on a TLS listener the 503 goes over TLS, after a first
+  byte and handshake of REFUSE_HANDSHAKE_S at most); at most MAX_REFUSING are answered at a
+  time, more are closed at once unread. So what a flood holds is bounded, not its rate times a
+  timeout. The IPC server applies [ipc].max_connections itself.
 - Accept errors (EMFILE when the fds run out) and refusals are logged once per interval with a
   count, never once per attempt: an attacker sets the pace of attempts.
 - A request aiohttp cannot parse (a header past 8190 bytes, a bad chunk size, a control
@@ -25,47 +28,32 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import resource
-import time
+import ssl
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon.errors import ToolError
-
-if TYPE_CHECKING:
-    from daemon.tls import Gate, Tls
+from daemon.throttled import Throttled
+from daemon.transports.tls_gate import Gate
 
 log = structlog.get_logger("daemon.transports.limits")
 
-LOG_INTERVAL_S = 10.0
 # A refused connection is read (and what it sends dropped) this long at most, so the close after
 # the 503 is an orderly one, not a reset that can discard the answer before the client reads it.
 REFUSE_LINGER_S = 1.0
+# Connections over the cap being answered 503 at one time (all listeners together); more are
+# closed at once. On a TLS listener a refusal's first byte and handshake get REFUSE_HANDSHAKE_S.
+MAX_REFUSING = 32
+REFUSE_HANDSHAKE_S = 2.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-class Throttled:
-    """A warning that may repeat at an attacker's pace: logged at most once per interval; the
-    next line says how many were left out in between."""
-
-    def __init__(self, event: str, interval: float = LOG_INTERVAL_S):
-        self.event = event
-        self.interval = interval
-        self._next = 0.0
-        self._suppressed = 0
-
-    def __call__(self, **fields: Any) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._suppressed += 1
-            return
-        log.warning(self.event, suppressed=self._suppressed, **fields)
-        self._next, self._suppressed = now + self.interval, 0
 
 
 def too_many_connections(transport: str, cap: int, key: str) -> ToolError:
@@ -124,10 +112,12 @@ def server_log() -> logging.Logger:
 
 
 class _Refuse(asyncio.Protocol):
-    """One connection over the cap: a 503 answer, then an orderly close."""
+    """One connection refused (over the cap, or plain HTTP on a TLS port): its answer, then an
+    orderly close; `release` (its count) at its end."""
 
-    def __init__(self, answer: bytes):
+    def __init__(self, answer: bytes, release: Callable[[], None]):
         self.answer = answer
+        self.release = release
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,6 +136,16 @@ class _Refuse(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        self.release()
+
+
+class _Shed(asyncio.Protocol):
+    """One connection over the cap while MAX_REFUSING others are being refused: closed at once,
+    unread and unanswered (what a flood gets; it costs a descriptor for a few loop turns)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.abort()
 
 
 def http_answer(status: str, body: bytes) -> bytes:
@@ -157,10 +157,76 @@ def http_answer(status: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
+def _once(release: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            release()
+
+    return once
+
+
+class Admission:
+    """Every connection of one HTTP runner, over all its listeners together, from its accept to
+    its close, against the cap: served by aiohttp (its `server.connections`), accepted but not
+    yet registered there (`pending`), or on a TLS listener still at its gate, in its handshake
+    or being told to use https (`gated`). The connections over the cap being answered 503 are
+    counted apart and bounded too (`refusing`, at most MAX_REFUSING): past both, a connection
+    is closed at once. So the daemon's descriptors for HTTP stay under cap + MAX_REFUSING, plus
+    sockets between their accept and their close, whatever arrives."""
+
+    _of: ClassVar[weakref.WeakKeyDictionary[web.Server, Admission]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, server: web.Server, cap: int):
+        self.server, self.cap = server, cap
+        self.pending = 0
+        self.gated = 0
+        self.refusing = 0
+        self.gates: set[Gate] = set()  # admitted or refused: stop() ends them
+
+    @classmethod
+    def of(cls, server: web.Server, cap: int) -> Admission:
+        """The one Admission of a runner's server (its sites share it, and so the cap)."""
+        admission = cls._of.get(server)
+        if admission is None:
+            admission = cls._of[server] = cls(server, cap)
+        return admission
+
+    @property
+    def open(self) -> int:
+        return len(self.server.connections) + self.pending + self.gated
+
+    def gate(self) -> Callable[[], None] | None:
+        """A place under the cap for a connection at a TLS gate, and its one-shot release; or
+        None when the cap is reached."""
+        if self.open >= self.cap:
+            return None
+        self.gated += 1
+        return _once(self._ungate)
+
+    def _ungate(self) -> None:
+        self.gated -= 1
+
+    def refusal(self) -> Callable[[], None] | None:
+        """A refusal slot and its one-shot release, or None when MAX_REFUSING are taken."""
+        if self.refusing >= MAX_REFUSING:
+            return None
+        self.refusing += 1
+        return _once(self._unrefuse)
+
+    def _unrefuse(self) -> None:
+        self.refusing -= 1
+
+
 class CappedSite(web.TCPSite):
-    """A TCPSite whose runner serves at most `cap` connections (over all its sites together);
-    one more gets `answer` (a whole HTTP response) and is closed. With `tls`, every connection
-    goes through its Gate: TLS, or `plain_answer` for plain HTTP."""
+    """A TCPSite whose runner serves at most `cap` connections (over all its sites together,
+    counted by one Admission); one more gets `answer` (a whole HTTP response) and is closed, or
+    is closed at once when MAX_REFUSING are already being answered. With `ssl_context`, every
+    connection goes through a tls_gate.Gate first (`handshake_timeout` for its first byte and
+    again for its handshake): TLS, or `plain_answer` for plain HTTP."""
 
     def __init__(
         self,
@@ -169,61 +235,85 @@ class CappedSite(web.TCPSite):
         port: int,
         cap: int,
         answer: bytes,
-        tls: Tls | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        handshake_timeout: float = 15.0,
         plain_answer: bytes = b"",
     ):
         super().__init__(runner, host, port)
         self._cap = cap
         self._answer = answer
-        self._tls = tls
+        self._ssl = ssl_context
+        self._handshake_timeout = handshake_timeout
         self._plain_answer = plain_answer
-        self._gates: set[Gate] = set()  # connections not yet served by TLS (shutdown ends them)
         self._refused = Throttled("http_connection_refused")
+        self._shed = Throttled("http_connection_shed")
+        self._handshake_failed = Throttled("tls_handshake_failed")
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner, like TCPSite
         server = self._runner.server
         assert server is not None
+        admission = Admission.of(server, self._cap)
         loop = asyncio.get_running_loop()
+
         # aiohttp counts a connection from its connection_made, which asyncio runs one loop turn
         # after this factory; a burst of accepts in one turn would pass the cap uncounted. So a
         # new handler also counts as pending until two turns later, when it is registered.
-        pending = 0
-
         def registered() -> None:
-            nonlocal pending
-            pending -= 1
+            admission.pending -= 1
 
-        def factory() -> asyncio.Protocol:
-            nonlocal pending
-            admitted = sum(1 for g in self._gates if g.counted)
-            if len(server.connections) + pending + admitted >= self._cap:
-                self._refused(code="too_many_connections", max_connections=self._cap)
-                if self._tls is None:
-                    return _Refuse(self._answer)
-                return self._gate(lambda: _Refuse(self._answer), counted=False)
-            if self._tls is None:
-                pending += 1
-                loop.call_soon(loop.call_soon, registered)
-                return server()
-            # Counted as a gate until connect_accepted_socket has run the handler's
-            # connection_made, which registers it in server.connections.
-            return self._gate(server, counted=True)
+        def factory() -> asyncio.BaseProtocol:
+            if self._ssl is None:
+                if admission.open < self._cap:
+                    admission.pending += 1
+                    loop.call_soon(loop.call_soon, registered)
+                    return server()
+            else:
+                release = admission.gate()
+                if release is not None:
+                    return self._gate(admission, server, self._handshake_timeout, release, True)
+            release = admission.refusal()
+            if release is None:
+                self._shed(max_connections=self._cap, refusing=MAX_REFUSING)
+                return _Shed()
+            self._refused(code="too_many_connections", max_connections=self._cap)
+            if self._ssl is None:
+                return _Refuse(self._answer, release)
+            refuse = functools.partial(_Refuse, self._answer, release)
+            timeout = min(self._handshake_timeout, REFUSE_HANDSHAKE_S)
+            return self._gate(admission, refuse, timeout, release, False)
 
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog
         )
 
-    def _gate(self, serve: Callable[[], asyncio.BaseProtocol], counted: bool) -> Gate:
-        assert self._tls is not None
-        gate = self._tls.gate(serve, lambda: _Refuse(self._plain_answer), self._gates.discard)
-        gate.counted = counted
-        self._gates.add(gate)
+    def _gate(
+        self,
+        admission: Admission,
+        serve: Callable[[], asyncio.BaseProtocol],
+        timeout: float,
+        release: Callable[[], None],
+        admitted: bool,
+    ) -> Gate:
+        """A gate holding `release` (its place under the cap, or its refusal slot) until the
+        connection closes, or, admitted and served by TLS, until aiohttp counts it instead. A
+        _Refuse that takes the connection (the 503, or the 400 to plain HTTP) releases it."""
+        assert self._ssl is not None
+
+        def done(gate: Gate) -> None:
+            admission.gates.discard(gate)
+            if not gate.handed_over or (gate.handed_over == "tls" and admitted):
+                release()
+
+        plain = functools.partial(_Refuse, self._plain_answer, release)
+        gate = Gate(self._ssl, serve, plain, done, timeout, self._handshake_failed)
+        admission.gates.add(gate)
         return gate
 
     async def stop(self) -> None:
-        for gate in list(self._gates):
-            gate.abort()
+        if self._runner.server is not None:
+            for gate in list(Admission.of(self._runner.server, self._cap).gates):
+                gate.abort()
         await super().stop()
 
 
@@ -331,6 +421,6 @@ def check_fd_budget(*caps: int) -> None:
     """Warn at start when the connection caps cannot all be served under the fd limit: past it,
     accept() fails (EMFILE) for everyone instead of the surplus being refused."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    needed = sum(caps) + FD_RESERVE
+    needed = sum(caps) + MAX_REFUSING + FD_RESERVE
     if soft != resource.RLIM_INFINITY and needed > soft:
         log.warning("fd_limit_below_connection_caps", fd_limit=soft, needed=needed)

@@ -38,10 +38,11 @@ from daemon.auth import Auth
 from daemon.catalog import Caller, Catalog, Guard, check_guard
 from daemon.errors import ToolError
 from daemon.screen.service import Screen
+from daemon.throttled import Throttled
 from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, ReplayStep, replay
-from daemon.transports.limits import Throttled, taken
+from daemon.transports.limits import taken
 from daemon.transports.responses import data_error
 from daemon.wire import WireError, dumps, loads
 

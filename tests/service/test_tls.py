@@ -1,4 +1,4 @@
-"""TLS on the real daemon (daemon/tls.py): HTTPS, wss, MCP, the stream, the flight recorder and
+"""TLS on the real daemon (daemon/tls/): HTTPS, wss, MCP, the stream, the flight recorder and
 /metrics on one port, reached by real clients that pin the board's key (curl --pinnedpubkey,
 the Python and WebSocket examples of docs/security.md, run as they are written); plain HTTP
 refused with a 400; old protocols, weak suites, garbage and silence refused; the certificate

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import BOARD_CONFIG, IpcConfig, ServerConfig
-from daemon.transports.limits import FD_RESERVE
+from daemon.transports.limits import FD_RESERVE, MAX_REFUSING
 from gadget.cli import DEFAULT_CONFIG
 from gadget.profiles import INSTANCES
 from gadget.settings import GadgetSettings
@@ -98,7 +98,7 @@ def test_the_fd_limit_covers_the_connection_caps() -> None:
     limit = re.search(r"^LimitNOFILE=(\d+)$", unit, re.M)
     assert limit, "fingertip.service sets no LimitNOFILE"
     caps = ServerConfig().max_connections + IpcConfig().max_connections
-    assert caps + FD_RESERVE <= int(limit.group(1))
+    assert caps + MAX_REFUSING + FD_RESERVE <= int(limit.group(1))
     # The daemon ends its shell sessions' children itself; the cgroup is swept after it.
     assert re.search(r"^KillMode=mixed$", unit, re.M)
 

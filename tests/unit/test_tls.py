@@ -1,4 +1,4 @@
-"""daemon/tls.py's pure parts and its certificate child (`python -m daemon.tls`, run for real),
+"""daemon/tls/'s pure parts and its certificate child (`python -m daemon.tls`, run for real),
 daemon/known_boards.py, and the [server].tls keys. The daemon serving TLS: tests/service/
 test_tls.py."""
 
@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from daemon import known_boards, tls
 from daemon.config import ConfigError, from_mapping
+from daemon.tls import service as tls_service
+from daemon.tls import store as tls_store
 
 NAMES = ["DNS:localhost", "IP:127.0.0.1"]
 
@@ -193,7 +195,7 @@ def test_renewal_keeps_the_key_and_so_the_fingerprint(tmp_path: Path) -> None:
     assert again["certificate_sha256"] != first["certificate_sha256"]
     assert again["not_after"] > first["not_after"] + 300 * 86400
     # A key that is damaged, or not ECDSA, is replaced: the fingerprint changes (and the
-    # daemon says so in its log: daemon.tls.Tls._self_made).
+    # daemon says so in its log: daemon.tls.service.Tls._self_made).
     (tmp_path / "key.pem").write_bytes(b"-----BEGIN PRIVATE KEY-----\ngarbage\n")
     damaged = make(tmp_path)
     assert damaged["new_key"] is True and damaged["fingerprint"] != first["fingerprint"]
@@ -244,7 +246,7 @@ def test_info_is_cached_by_the_file_hash(tmp_path: Path, monkeypatch: pytest.Mon
     def no_child(request: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError(f"the child ran for {request}")
 
-    monkeypatch.setattr(tls, "run_child", no_child)
+    monkeypatch.setattr(tls_store, "run_child", no_child)  # read_info's
     assert tls.read_info(tmp_path / "cert.pem", cache) == first  # no child: the cache
     monkeypatch.undo()
     for damaged in (b'{"fingerprint": 1', b"[]", b"\xff" * 10, b"[" * 100000, b" " * (2 << 20)):
@@ -323,6 +325,6 @@ def test_a_child_that_answers_nonsense_is_a_tls_error(
         {"server": {"tls": "on"}, "state": {"dir": str(tmp_path)}, "discovery": {"name": "t"}}
     )
     for answer in ({}, {"fingerprint": "x"}, {"names": None}):
-        monkeypatch.setattr(tls, "run_child", lambda request, answer=answer: answer)
+        monkeypatch.setattr(tls_service, "run_child", lambda request, answer=answer: answer)
         with pytest.raises(tls.TlsError, match="could not be made or read"):
             tls.Tls(config).load()

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp.web import BaseRequest
 
-from daemon.catalog import CALLER_KINDS, Caller, Guard
+from daemon.catalog.access import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
 from daemon.errors import ToolError
 from daemon.invocations import CALLER_HEADER, caller_label

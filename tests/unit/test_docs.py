@@ -129,6 +129,19 @@ def test_the_tools_api_status_table_names_each_refusal_under_its_status() -> Non
     assert rows[200] == set()
 
 
+def test_every_status_a_page_gives_a_code_is_its_declared_one() -> None:
+    """A status a page gives a code (400 `stream_params_invalid`) is the one it is declared."""
+    said = re.compile(r"\b([1-5]\d\d)[ `]{1,3}([a-z]+(?:_[a-z]+)+)\b")
+    pairs = [
+        (page.name, int(m[1]), m[2])
+        for page in PAGES
+        for m in said.finditer(page.read_text())
+        if m[2] in CODES
+    ]
+    assert len(pairs) >= 5  # the pages were read
+    assert [p for p in pairs if CODES[p[2]].status != p[1]] == []
+
+
 def test_every_tool_is_in_the_tools_reference(daemon_app: Any) -> None:
     text = docgen.TOOLS_PAGE.read_text()
     names = list(daemon_app.catalog._specs)

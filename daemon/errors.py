@@ -1,9 +1,11 @@
 """Errors are values: a stable code, a human message, whether a retry can help, and details.
 
 Every code is declared once, in CODES below: where it arises (its scope), the HTTP port's status
-for it, whether a retry can help, and what it means. Every transport's mapping reads it, so a
-new code cannot get a status by accident: tests/unit/test_error_codes.py walks the source for
-every code passed to an error constructor and fails on one not declared here.
+for it, whether a retry can help, and what it means. The HTTP port's replies, OpenAPI and
+docs/errors.md read it, so a new code cannot get a status by accident: tests/unit/
+test_error_codes.py walks the source for every code passed to an error constructor and fails on
+one not declared here, and on a reply that writes its status by hand (the WebSocket upgrade's
+refusals, the raw answers of the TLS gate and the connection cap) with another than declared.
 
 Scopes, and what the status means for each:
   call    the catalog or the HTTP port refuses the call or request: answered with `status`

@@ -265,5 +265,60 @@ def test_retryable_defaults_to_the_declaration() -> None:
     assert ToolError("hid_busy", "told", retryable=False).retryable is False
 
 
+def _error_of(expr: ast.expr, scope: ast.AST, module: ast.Module, line: int) -> str | None:
+    """The code of the ToolError `expr` names at `line`: built in place, last assigned to a
+    name before it in the function or the module, or made by a helper named after its code
+    (too_many_connections)."""
+    if isinstance(expr, ast.Name):
+        found = [
+            v for v in _assigned(scope, expr.id) or _assigned(module, expr.id) if v.lineno < line
+        ]
+        return _error_of(found[-1], scope, module, line) if found else None
+    if isinstance(expr, ast.Call):
+        name = _name(expr.func)
+        code = _arg(expr, "code", 0) if name == "ToolError" else None
+        if isinstance(code, ast.Constant) and isinstance(code.value, str):
+            return code.value
+        return name if name in CODES else None
+    return None
+
+
+def hand_written_statuses() -> list[tuple[str, str, int]]:
+    """(where, code, status) of every reply that states its status beside an error's body:
+    json_response(error_body(e), status=N) and http_answer("N Reason", ... error_body(e) ...)."""
+    out = []
+    for path in SOURCES:
+        module = ast.parse(path.read_text())
+        for scope, call in _scopes(module):
+            bodies = [
+                c.args[0]
+                for c in ast.walk(call)
+                if isinstance(c, ast.Call) and _name(c.func) == "error_body" and c.args
+            ]
+            status = _arg(call, "status")
+            text = call.args[0] if _name(call.func) == "http_answer" and call.args else None
+            if isinstance(status, ast.Constant) and isinstance(status.value, int):
+                stated = status.value
+            elif isinstance(text, ast.Constant) and isinstance(text.value, str):
+                stated = int(text.value.split()[0])
+            else:
+                continue
+            for body in bodies:
+                code = _error_of(body, scope, module, call.lineno)
+                assert code is not None, f"{path}:{call.lineno}: whose error is this body?"
+                out.append((f"{path.relative_to(REPO)}:{call.lineno}", code, stated))
+    return out
+
+
+def test_a_status_written_by_hand_is_the_declared_one() -> None:
+    """The replies that name their status themselves (the WebSocket upgrade's refusals, the
+    HTTPS-only port's and the connection cap's raw answers) agree with the declarations."""
+    found = hand_written_statuses()
+    codes = {code for _, code, _ in found}
+    assert {"auth_required", "websocket_upgrade_required", "tls_required"} <= codes
+    assert "too_many_connections" in codes
+    assert [f for f in found if http_status(f[1]) != f[2]] == []
+
+
 def test_the_ipc_failures_map_declared_codes() -> None:
     assert set(FAILURES) <= set(CODES)

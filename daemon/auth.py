@@ -19,7 +19,7 @@ import structlog
 from aiohttp.web import BaseRequest
 
 from daemon.addresses import is_loopback
-from daemon.catalog import CALLER_KINDS, Caller, Guard
+from daemon.catalog.access import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
 from daemon.errors import ToolError
 from daemon.invocations import CALLER_HEADER, caller_label

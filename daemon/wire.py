@@ -272,36 +272,6 @@ def encoder(**options: Any) -> Callable[[Any], str]:
 
 # -- helpers shared by the transports (one place; transports never import each other) ---------
 
-# The HTTP port's status for each error code (the tools API, its OpenAPI description, the
-# WebSocket upgrade's refusals and the connection cap all answer with it). Unlisted: 200 for a
-# tool failure, 500 for an error outside any tool call.
-STATUS = {
-    "tool_call_payload_invalid": 400,
-    "tool_arguments_invalid": 400,
-    "auth_required": 401,
-    "tool_execution_denied": 403,
-    "host_not_allowed": 403,
-    "origin_not_allowed": 403,
-    "tool_not_found": 404,
-    "request_too_large": 413,
-    "tool_execution_exception": 500,
-    "tool_result_schema_invalid": 500,
-    "tool_unavailable": 503,
-    "too_many_connections": 503,
-}
-
-# The port's data routes beside the tools (the live stream and snapshot, the flight recorder):
-# their own codes, and a capture that is gone fails the route (503), where a tool call reports
-# it in a 200.
-DATA_STATUS = {
-    **STATUS,
-    "stream_params_invalid": 400,
-    "trace_query_invalid": 400,
-    "trace_not_found": 404,
-    "capture_unavailable": 503,
-    "too_many_viewers": 503,
-}
-
 IMAGE_TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
 
 # Built once: json.dumps with options builds a new encoder on every call (hot on every reply).

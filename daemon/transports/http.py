@@ -31,13 +31,13 @@ from daemon.catalog import (
     RawText,
     ToolSpec,
 )
-from daemon.errors import ToolError
+from daemon.errors import ToolError, http_status
 from daemon.transports.responses import error_response, request_too_large
 from daemon.transports.skill_bundle import skill_bundle
-from daemon.wire import STATUS, WireError, iso_utc, loads, output_text
+from daemon.wire import WireError, iso_utc, loads, output_text
 from daemon.wire import dumps as _dumps
 
-__all__ = ["STATUS", "HttpApi", "iso_utc", "project", "security_middleware"]
+__all__ = ["HttpApi", "iso_utc", "project", "security_middleware"]
 
 
 def definition(spec: ToolSpec, catalog: Catalog) -> dict[str, Any]:
@@ -159,7 +159,7 @@ class HttpApi:
         }
         if error is not None:
             body["error"] = error.to_dict()
-        status = STATUS.get(error.code, 200) if error else 200
+        status = http_status(error.code, tool_call=True) if error else 200
         # The tool entry leads the body; its definition is spliced in already encoded.
         text = '{"tool":' + self._tool_json(spec) + "," + _dumps(body)[1:]
         return web.json_response(text=text, status=status)

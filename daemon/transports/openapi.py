@@ -4,7 +4,7 @@ catalog for the caller (the same guard-filtered tools GET /api/tools lists).
 One path per HTTP-visible tool. Its request body is the codec's {"input": ...} or
 {"raw_input": "..."} with the tool's argument schema; its 200 body carries the tool's result
 schema as the contentSchema of `output` (a JSON text); the error statuses and their error codes
-come from the HTTP port's own table (daemon.wire.STATUS), so they cannot drift.
+come from the error codes' declarations (daemon.errors.CALL_STATUS), so they cannot drift.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from aiohttp import web
 from daemon import VERSION
 from daemon.auth import Auth
 from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec, needs_token
-from daemon.wire import STATUS
+from daemon.errors import CALL_STATUS
 
 REF = "#/components/schemas/"
 
@@ -99,7 +99,7 @@ STATUS_TEXT = {
 
 
 def _codes(status: int) -> list[str]:
-    return sorted(code for code, s in STATUS.items() if s == status)
+    return sorted(code for code, s in CALL_STATUS.items() if s == status)
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:

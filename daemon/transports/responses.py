@@ -1,8 +1,9 @@
 """The HTTP port's error replies outside a tool call, shared by every route on it (the tools API,
 the live stream, the flight recorder, /metrics), so no route module imports another's.
 
-The pure half of the rule (status maps, bodies, timestamps) is daemon.wire, which the one-shot
-CLI imports and which therefore stays free of aiohttp; this module only wraps it in responses.
+The pure half of the rule is the error codes' declared statuses (daemon.errors) and the bodies
+and timestamps of daemon.wire, which the one-shot CLI imports and which therefore stays free of
+aiohttp; this module only wraps them in responses.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.errors import ToolError
-from daemon.wire import DATA_STATUS, STATUS, error_body
+from daemon.errors import ToolError, http_status
+from daemon.wire import error_body
 
 
 def request_too_large(max_bytes: int) -> ToolError:
@@ -25,14 +26,14 @@ def request_too_large(max_bytes: int) -> ToolError:
 
 
 def error_response(error: ToolError) -> web.Response:
-    """An error raised outside any tool call, with the tools API's body shape and status map."""
-    return web.json_response(error_body(error), status=STATUS.get(error.code, 500))
+    """An error raised outside any tool call (a refused request, or the refusal of one of the
+    port's data routes: stream, snapshot, live, flight recorder), with the tools API's body
+    shape and the code's declared status."""
+    return web.json_response(error_body(error), status=http_status(error.code))
 
 
-def data_error(error: ToolError) -> web.Response:
-    """The refusal of one of the port's data routes (stream, snapshot, live, flight recorder):
-    the tools API's body, the data routes' statuses (DATA_STATUS)."""
-    return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
+# The data routes' name for the same reply (one status per code: no table of their own).
+data_error = error_response
 
 
 def body_limit(max_bytes: int) -> Any:

@@ -7,7 +7,7 @@ HTTP guard is disabled, and a phone's screen is private, so off loopback the str
 snapshot need the pairing token (Authorization: Bearer, or ?token= for a plain <img>, which
 cannot send headers: the only routes that take a token in the URL). A stream ends when the token
 that opened it is rotated. /api/live shows no screen and is open like health_check. Statuses:
-daemon.wire.DATA_STATUS.
+the codes' own (daemon.errors.CODES).
 """
 
 from __future__ import annotations

@@ -87,8 +87,9 @@ async def deadlines(tmp: Path) -> None:
             shots = (("before", frames[n % 4]), ("after", frames[(n + 1) % 4]))
             recorder.observe(
                 Invocation(
-                    f"{n:032x}", "tap", "http", "127.0.0.1", {"x": n}, time.time(), 300.0, "ok",
-                    None, {"ok": True}, evidence=shots,
+                    id=f"{n:032x}", tool="tap", transport="http", client="127.0.0.1",
+                    args={"x": n}, started_at=time.time(), duration_ms=300.0, outcome="ok",
+                    error_code=None, result={"ok": True}, evidence=shots,
                 )
             )  # fmt: skip
             await asyncio.sleep(0.05)

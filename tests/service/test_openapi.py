@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from daemon.transports.http import STATUS
+from daemon.errors import CALL_STATUS as STATUS
 from tests.service.daemonproc import REPO, DaemonProcess, free_port
 
 ARTIFACTS = REPO / "test-artifacts"

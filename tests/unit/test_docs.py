@@ -1,6 +1,7 @@
 """The docs cannot drift from the code: the generated pages are current, every config key is
 documented with the default the code uses, every HTTP route the daemon serves is in the API
-pages, every tool is in the tools reference, and every relative link resolves."""
+pages, the tools API's statuses are the declared ones, every tool is in the tools reference,
+and every relative link resolves."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from daemon import config as cfg
 from daemon import docgen
+from daemon.errors import CALL_STATUS, CODES
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -114,6 +116,30 @@ def test_every_http_route_is_in_the_api_pages(daemon_app: Any) -> None:
     assert len(routes) > 10  # the router was read, not an empty app
     missing = sorted(f"{m} {path}" for m, path in routes if f"`{m} {path}`" not in text)
     assert not missing, f"routes the daemon serves that no page in docs/ names: {missing}"
+
+
+def test_the_tools_api_status_table_names_each_refusal_under_its_status() -> None:
+    """docs/http-api.md's table of statuses, against the declared codes (daemon/errors.py)."""
+    rows: dict[int, set[str]] = {}
+    for line in (DOCS / "http-api.md").read_text().splitlines():
+        if m := re.match(r"\| (\d{3}) \| (.*) \|$", line):
+            rows[int(m[1])] = set(re.findall(r"`(\w+)`", m[2])) & set(CODES)
+    documented = {code: status for status, codes in rows.items() for code in codes}
+    assert documented == CALL_STATUS
+    assert rows[200] == set()
+
+
+def test_every_status_a_page_gives_a_code_is_its_declared_one() -> None:
+    """A status a page gives a code (400 `stream_params_invalid`) is the one it is declared."""
+    said = re.compile(r"\b([1-5]\d\d)[ `]{1,3}([a-z]+(?:_[a-z]+)+)\b")
+    pairs = [
+        (page.name, int(m[1]), m[2])
+        for page in PAGES
+        for m in said.finditer(page.read_text())
+        if m[2] in CODES
+    ]
+    assert len(pairs) >= 5  # the pages were read
+    assert [p for p in pairs if CODES[p[2]].status != p[1]] == []
 
 
 def test_every_tool_is_in_the_tools_reference(daemon_app: Any) -> None:

@@ -26,9 +26,18 @@ def _recorder(tmp_path: Path) -> Recorder:
 
 
 def _invocation(n: int, args: Any = None, **fields: Any) -> Invocation:
-    return Invocation(
-        f"{n:032x}", "tap", "http", "127.0.0.1", args or {}, time.time(), 1.0, "ok", None, **fields
-    )
+    base: dict[str, Any] = {
+        "id": f"{n:032x}",
+        "tool": "tap",
+        "transport": "http",
+        "client": "127.0.0.1",
+        "args": args or {},
+        "started_at": time.time(),
+        "duration_ms": 1.0,
+        "outcome": "ok",
+        "error_code": None,
+    }
+    return Invocation(**(base | fields))
 
 
 def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:

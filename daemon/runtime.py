@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from daemon.engine import InputEngine
     from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
-    from daemon.tools.shell import ShellService
+    from daemon.shell import ShellService
 
 
 @dataclass

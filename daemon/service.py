@@ -28,9 +28,9 @@ from daemon.runtime import Runtime
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
+from daemon.shell import ShellService
 from daemon.tls import Tls
 from daemon.tools import build_catalog
-from daemon.tools.shell import ShellService
 from daemon.trace.recorder import Recorder
 from daemon.transports import limits
 from daemon.transports.http import HttpApi, security_middleware

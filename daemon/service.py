@@ -18,7 +18,7 @@ from aiohttp import web
 from daemon import VERSION, memory, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
-from daemon.catalog import Catalog, Guard
+from daemon.catalog import Caller, Catalog, Guard
 from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
@@ -32,14 +32,15 @@ from daemon.shell import ShellService
 from daemon.tls import Tls
 from daemon.tools import build_catalog
 from daemon.trace.recorder import Recorder
-from daemon.transports import limits
+from daemon.transports import limits, metrics_http, stream_http
 from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
 from daemon.transports.responses import body_limit
-from daemon.transports.stream_http import routes as stream_routes
+from daemon.transports.routes import Route, catalog, mount
 from daemon.transports.trace_http import TraceApi
+from daemon.transports.ws import PATH as WS_PATH
 from daemon.transports.ws import WsTransport
 from daemon.wire import error_body
 from gadget.errors import GadgetError
@@ -100,34 +101,44 @@ def build(config: Config) -> Daemon:
             security_middleware(auth),
         ],
     )
-    http_guard = Guard.preset(config.guard.http)
-    app.add_routes(HttpApi(catalog, auth, http_guard, config.server.max_body_bytes).routes())
-    app.add_routes(ws.routes())
-    app.add_routes(OpenApi(catalog, auth, http_guard).routes())
-    mcp_guard = Guard.preset(config.guard.mcp)
-    app.add_routes(McpEndpoint(catalog, auth, mcp_guard, config.server.max_body_bytes).routes())
-    app.add_routes(toollab.routes())
-    app.add_routes(meter.routes(auth, http_guard))
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
     rt.status["trace"] = recorder.status
-    trace_api = TraceApi(
-        recorder, catalog, auth, http_guard, rt.screen, config.server.send_timeout_s
-    )
-    app.add_routes(trace_api.routes())
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
     stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
-    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
+    max_body = config.server.max_body_bytes
+    routes = [
+        *HttpApi(catalog, max_body).routes(),
+        ws_route(ws),
+        *OpenApi(catalog).routes(),
+        *McpEndpoint(catalog, max_body).routes(),
+        *toollab.routes(),
+        *metrics_http.routes(meter),
+        *TraceApi(recorder, catalog, rt.screen, config.server.send_timeout_s).routes(),
+        *stream_http.routes(stream, auth, catalog.running),
+    ]
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend
-        from daemon.transports.sim_control import routes as sim_routes
+        from daemon.transports import sim_control
 
         assert isinstance(backend, SimulatedBackend)
-        app.add_routes(sim_routes(backend.target, auth, http_guard))
+        routes += sim_control.routes(backend.target)
+    guards = {name: Guard.preset(getattr(config.guard, name)) for name in ("http", "mcp", "ws")}
+    mount(app, routes, auth, guards)
     announcer = Announcer(config, VERSION, lambda: tls.info.fingerprint if tls.info else "")
     parts = Parts(recorder, stream, meter, announcer, tls)
     return Daemon(rt, catalog, app, ws, ipc, parts)
+
+
+def ws_route(ws: WsTransport) -> Route:
+    """The WebSocket tool protocol's upgrade, under the WS guard (the catalog decides per tool;
+    the handler reads its caller again and refuses one without a token itself)."""
+
+    async def upgrade(request: web.Request, caller: Caller) -> web.StreamResponse:
+        return await ws.handle(request)
+
+    return Route("GET", WS_PATH, upgrade, catalog("ws"))
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ daemon/transports/metrics_http.py).
 Where each number comes from:
 - invocations and their latency: a catalog observer (Catalog.observers), one call per finished
   invocation of any transport;
-- HID reports, write errors, profile switches: thin wrappers the daemon puts around the
-  backend's HidOutput and ProfileControl before the engine is built (gadget/ knows nothing);
+- HID reports, write errors, profile switches: thin wrappers around the backend's HidOutput
+  and ProfileControl (Counted: the backend as the engine and the tools take it; gadget/ and
+  the backend itself know nothing);
 - capture frames, frame age, faults: a wrapper around the backend's FrameSource (frames counted
   by the source's own sequence numbers, so frames nobody asked for between two calls count too);
 - open connections: read from the transports at scrape time;
@@ -34,7 +35,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from daemon.backends import HidOutput, ProfileControl
+from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Invocation
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
@@ -274,8 +275,22 @@ class CountingFrames:
         return getattr(self.inner, name)
 
 
-def instrument(backend: Any, metrics: Metrics) -> None:
-    """Put the counting wrappers in place of the backend's parts (before anything takes them)."""
-    backend.hid = CountingHid(backend.hid, metrics)
-    backend.profiles = CountingProfiles(backend.profiles, metrics)
-    backend.frames = CountingFrames(backend.frames, metrics)
+class Counted:
+    """A backend as the daemon's parts take it: its HID output, profiles and frames counted.
+    The backend itself is left as it is; starting, closing and anything else it offers (the
+    board's status, the simulated target) are its own."""
+
+    def __init__(self, backend: Backend, metrics: Metrics) -> None:
+        self.inner = backend
+        self.hid: HidOutput = CountingHid(backend.hid, metrics)
+        self.profiles: ProfileControl = CountingProfiles(backend.profiles, metrics)
+        self.frames: FrameSource = CountingFrames(backend.frames, metrics)
+
+    async def start(self) -> bool:
+        return await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from daemon.auth import Auth
 from daemon.catalog import Availability, Caller, Catalog, Deferred, Outcome, RawText, ToolSpec
@@ -193,12 +194,12 @@ def _payload_error(message: str) -> ToolError:
     return ToolError("tool_call_payload_invalid", message)
 
 
-def security_middleware(auth: Auth) -> Any:
+def security_middleware(auth: Auth) -> Middleware:
     """Refuse foreign Host headers and cross-site browser requests before any handler runs,
     so a web page open on the target cannot drive it."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         error: ToolError | None = None
         if not auth.host_allowed(request.headers.get("Host")):
             error = ToolError("host_not_allowed", f"Host {request.host!r} is not one of ours")

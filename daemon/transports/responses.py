@@ -7,9 +7,8 @@ CLI imports and which therefore stays free of aiohttp; this module only wraps it
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from daemon.errors import ToolError
 from daemon.wire import DATA_STATUS, STATUS, error_body
@@ -35,13 +34,13 @@ def data_error(error: ToolError) -> web.Response:
     return web.json_response(error_body(error), status=DATA_STATUS.get(error.code, 500))
 
 
-def body_limit(max_bytes: int) -> Any:
+def body_limit(max_bytes: int) -> Middleware:
     """aiohttp refuses a body over client_max_size ([server].max_body_bytes) in whichever
     handler reads it, as a plain-text 413: every route answers the tools API's JSON
     request_too_large instead (/mcp answers a JSON-RPC error, in its own handler)."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             response: web.StreamResponse = await handler(request)
         except web.HTTPRequestEntityTooLarge:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from aiohttp import web
+from aiohttp import typedefs, web
 
 from daemon.auth import Auth
 from daemon.catalog import Caller, Guard
@@ -93,9 +93,7 @@ def mount(
     )
 
 
-def wrap(
-    route: Route, auth: Auth, guard: Guard
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def wrap(route: Route, auth: Auth, guard: Guard) -> typedefs.Handler:
     access, handler = route.access, route.handler
 
     async def checked(request: web.Request) -> web.StreamResponse:

@@ -189,6 +189,13 @@ class Daemon:
             keepalive_timeout=self.config.server.header_timeout_s,
             logger=limits.server_log(),
         )
+        self.metrics.watch_connections(
+            {
+                "http": lambda: len(self.runner.server.connections) if self.runner.server else 0,
+                "ws": lambda: len(self.ws.sessions),
+                "ipc": lambda: self.ipc.open_connections,
+            }
+        )
         self.lifecycle = Lifecycle(self.parts())
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -281,15 +288,6 @@ class Daemon:
 
     async def _ipc(self) -> AsyncGenerator[None, None]:
         await self.ipc.start()
-        http_server = self.runner.server
-        assert http_server is not None
-        self.metrics.watch_connections(
-            {
-                "http": lambda: len(http_server.connections),
-                "ws": lambda: len(self.ws.sessions),
-                "ipc": lambda: self.ipc.open_connections,
-            }
-        )
         yield
         await self.ipc.stop()
 

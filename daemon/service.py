@@ -103,7 +103,9 @@ def build(config: Config) -> Daemon:
     )
     register_tools(catalog, rt)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
-    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
+    # The network transports' [guard] presets, by name (the route table's Access.guard).
+    guards = {name: Guard.preset(getattr(config.guard, name)) for name in ("http", "mcp", "ws")}
+    ws = WsTransport(catalog, auth, guards["ws"], config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
@@ -131,7 +133,6 @@ def build(config: Config) -> Daemon:
 
         assert isinstance(backend, SimulatedBackend)
         routes += sim_control.routes(backend.target)
-    guards = {name: Guard.preset(getattr(config.guard, name)) for name in ("http", "mcp", "ws")}
     mount(app, routes, auth, guards)
     announcer = Announcer(config, VERSION, lambda: tls.info.fingerprint if tls.info else "")
     return Daemon(

@@ -12,8 +12,8 @@ The access levels (who decides, and what a refusal is):
   private  Caller.admit(private=True): the token wherever a write tool needs one (the stream,
            the snapshot, the flight recorder)
   action   Caller.authorize with the policy the route names for the request (/api/sim/*)
-Refusals and other ToolErrors get the tools API's body with daemon.wire.DATA_STATUS (the tools
-API's statuses and the data routes' own codes).
+Refusals and other ToolErrors get the tools API's body with the status of their code
+(responses.data_error).
 """
 
 from __future__ import annotations

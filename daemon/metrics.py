@@ -1,17 +1,19 @@
-"""GET /metrics: the daemon's counters in the Prometheus text format (prometheus_client).
+"""The daemon's counters for GET /metrics (prometheus_client; the route is
+daemon/transports/metrics_http.py).
 
 Where each number comes from:
 - invocations and their latency: a catalog observer (Catalog.observers), one call per finished
   invocation of any transport;
-- HID reports, write errors, profile switches: thin wrappers the daemon puts around the
-  backend's HidOutput and ProfileControl before the engine is built (gadget/ knows nothing);
+- HID reports, write errors, profile switches: thin wrappers around the backend's HidOutput
+  and ProfileControl (Counted: the backend as the engine and the tools take it; gadget/ and
+  the backend itself know nothing);
 - capture frames, frame age, faults: a wrapper around the backend's FrameSource (frames counted
   by the source's own sequence numbers, so frames nobody asked for between two calls count too);
 - open connections: read from the transports at scrape time;
 - the process collector (CPU, memory, fds of this process).
 
 A scrape never captures, never calls into the backend and takes no lock of the HID flow: it
-reads counters (each behind prometheus_client's own short lock) in a thread of its own.
+reads counters (each behind prometheus_client's own short lock).
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -35,21 +35,16 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from daemon.auth import Auth
-from daemon.backends import HidOutput, ProfileControl
-from daemon.catalog import Guard, Invocation
+from daemon.backends import Backend, HidOutput, ProfileControl
+from daemon.catalog import Invocation
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
-from daemon.transports.responses import error_response
 from gadget import reports
 from gadget.errors import GadgetError
 
 # No *_created series: one more line per label set for a timestamp nobody graphs.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# Who may scrape is Caller.admit (open like a read tool: no token off loopback, nothing while
-# the HTTP guard is disabled); Host and Origin are checked by the security middleware.
 # A tool name the catalog does not know (a typo, a hostile client) is counted under this one
 # label value: every distinct name sent would otherwise grow the series without bound.
 UNKNOWN_TOOL = "_unknown"
@@ -123,9 +118,6 @@ class Metrics:
             ["code"],
             registry=r,
         )
-        # Scrapes run one at a time in a thread of their own: a flood of them queues here, never
-        # in the loop's default executor, where profile switches and screenshots run.
-        self._scraper = ThreadPoolExecutor(1, thread_name_prefix="metrics-scrape")
         self.last_frame_at: float | None = None  # monotonic capture time of the newest frame
         self._last_seq = 0
         self._known_tools: frozenset[str] = frozenset()
@@ -163,22 +155,9 @@ class Metrics:
         """Open connections per transport, read at scrape time."""
         self.registry.register(_Live(self, counts))
 
-    # -- the endpoint -------------------------------------------------------------------------
-
     def scrape(self) -> bytes:
+        """The text format (blocking: it reads /proc for the process collector)."""
         return generate_latest(self.registry)
-
-    def routes(self, auth: Auth, guard: Guard) -> list[web.RouteDef]:
-        async def metrics(request: web.Request) -> web.StreamResponse:
-            try:
-                auth.caller("http", guard, request).admit("/metrics")
-            except ToolError as exc:
-                return error_response(exc)
-            loop = asyncio.get_running_loop()
-            body = await loop.run_in_executor(self._scraper, self.scrape)  # /proc reads
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-        return [web.get("/metrics", metrics)]
 
 
 class _Live(Collector):
@@ -296,8 +275,22 @@ class CountingFrames:
         return getattr(self.inner, name)
 
 
-def instrument(backend: Any, metrics: Metrics) -> None:
-    """Put the counting wrappers in place of the backend's parts (before anything takes them)."""
-    backend.hid = CountingHid(backend.hid, metrics)
-    backend.profiles = CountingProfiles(backend.profiles, metrics)
-    backend.frames = CountingFrames(backend.frames, metrics)
+class Counted:
+    """A backend as the daemon's parts take it: its HID output, profiles and frames counted.
+    The backend itself is left as it is; starting, closing and anything else it offers (the
+    board's status, the simulated target) are its own."""
+
+    def __init__(self, backend: Backend, metrics: Metrics) -> None:
+        self.inner = backend
+        self.hid: HidOutput = CountingHid(backend.hid, metrics)
+        self.profiles: ProfileControl = CountingProfiles(backend.profiles, metrics)
+        self.frames: FrameSource = CountingFrames(backend.frames, metrics)
+
+    async def start(self) -> bool:
+        return await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

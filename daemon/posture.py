@@ -9,6 +9,7 @@ visibility rule.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +34,9 @@ TOKEN_NEEDED_FOR = (
 
 def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> Callable[[], dict[str, Any]]:
     """health_check's `security` section, as a function: what the config and the catalog fix is
-    worked out once, here (health_check is called often); the certificate, the token's
-    rotation and the warnings are read at each call."""
+    worked out once (health_check is called often), the shell's reach at the first call (the
+    catalog gets its tools after this is made); the certificate, the token's rotation and the
+    warnings are read at each call."""
     server = config.server
     listeners = [
         {"address": a, "port": server.port, "tls": secured, "loopback": loopback(a)}
@@ -48,7 +50,7 @@ def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> Callable[
         "gids": sorted(access.allowed_gids),
     }
     guards = {t: getattr(config.guard, t) for t in TRANSPORTS}
-    shell = shell_reach(config, auth, catalog, listeners, access)
+    shell = functools.cache(lambda: shell_reach(config, auth, catalog, listeners, access))
     clients = auth.client_policies()
     pairing = "[auth].token" if auth.token_file is None else str(auth.token_file)
 
@@ -65,7 +67,7 @@ def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> Callable[
                 "rotated_at": iso_utc(auth.rotated_at) if auth.rotated_at else None,
             },
             "guards": dict(guards),
-            "shell": copy.deepcopy(shell),
+            "shell": copy.deepcopy(shell()),
             "client_tokens": copy.deepcopy(clients),
             "warnings": warnings(config, tls, listeners),
         }

@@ -4,7 +4,7 @@ daemon.service.build (the composition root) and never changed after."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from daemon.engine import InputEngine
     from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
-    from daemon.tools.shell import ShellService
+    from daemon.shell import ShellService
 
 
 @dataclass
@@ -40,10 +40,10 @@ class Runtime:
     shell: ShellService
     ocr: Ocr  # the text tools' OCR service; its engine loads on the first read
     auth: Auth  # the network's tokens (rotate_token)
+    # health_check's sections from the daemon's other parts (OCR, the security posture, the
+    # flight recorder, the live stream), by name in the order the reply shows them.
+    status: Mapping[str, Callable[[], dict[str, Any]]]
     run_state: RunState = field(default_factory=RunState)
-    # health_check's sections from parts built after the catalog (the flight recorder's state):
-    # filled by the composition root, read by health_check.
-    status: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
 
     @property

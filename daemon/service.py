@@ -8,7 +8,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,28 +18,30 @@ from aiohttp import web
 from daemon import VERSION, memory, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
-from daemon.catalog import Catalog, Guard
+from daemon.catalog import Caller, Catalog, Guard
 from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.errors import ToolError
+from daemon.lifecycle import Lifecycle, Part, on_stop
 from daemon.posture import posture
 from daemon.runtime import Runtime
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
+from daemon.shell import ShellService
 from daemon.tls import Tls
-from daemon.tools import build_catalog
-from daemon.tools.shell import ShellService
+from daemon.tools import new_catalog, register_tools
 from daemon.trace.recorder import Recorder
-from daemon.transports import limits
+from daemon.transports import limits, metrics_http, stream_http
 from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
 from daemon.transports.responses import body_limit
-from daemon.transports.stream_http import routes as stream_routes
+from daemon.transports.routes import Route, catalog, mount
 from daemon.transports.trace_http import TraceApi
+from daemon.transports.ws import PATH as WS_PATH
 from daemon.transports.ws import WsTransport
 from daemon.wire import error_body
 from gadget.errors import GadgetError
@@ -70,26 +72,40 @@ def build_backend(config: Config) -> Backend:
 def build(config: Config) -> Daemon:
     """The composition root: every part made once, in dependency order, none set afterwards."""
     backend = build_backend(config)
-    # Counted at the backend's edge, before the engine and the screen take its parts.
+    # Counted at the backend's edge: the engine, the screen and the tools take the counted one.
     meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
-    metrics.instrument(backend, meter)
+    counted = metrics.Counted(backend, meter)
     auth = Auth(config, load_or_create_token(config))
+    tls = Tls(config)  # its certificate is made or read at start
+    # The catalog first, its tools last (they take the Runtime): the parts that observe it
+    # are made in between.
+    catalog = new_catalog(config)
+    catalog.observers.append(meter.observe_invocation)
+    # The flight recorder sees every invocation through the catalog's observer hook.
+    recorder = Recorder(catalog, config.state_dir, config.trace)
+    # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
+    stream = StreamHub(counted.frames, config.stream, config.capture.no_frame_timeout_s)
+    ocr = Ocr(config.ocr)
     rt = Runtime(
         config,
-        backend,
-        screen=Screen(backend.frames, config.capture),
-        engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
+        counted,
+        screen=Screen(counted.frames, config.capture),
+        engine=InputEngine(counted.hid, counted.profiles, config.input, config.platform),
         shell=ShellService(config),
-        ocr=Ocr(config.ocr),
+        ocr=ocr,
         auth=auth,
+        status={
+            "ocr": ocr.status,
+            "security": posture(config, auth, tls, catalog),
+            "trace": recorder.status,
+            "stream": stream.metrics,
+        },
     )
-    rt.status["ocr"] = rt.ocr.status
-    catalog = build_catalog(rt)
-    catalog.observers.append(meter.observe_invocation)
+    register_tools(catalog, rt)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
-    tls = Tls(config)  # its certificate is made or read at start
-    rt.status["security"] = posture(config, auth, tls, catalog)
-    ws = WsTransport(catalog, auth, Guard.preset(config.guard.ws), config.ws)
+    # The network transports' [guard] presets, by name (the route table's Access.guard).
+    guards = {name: Guard.preset(getattr(config.guard, name)) for name in ("http", "mcp", "ws")}
+    ws = WsTransport(catalog, auth, guards["ws"], config.ws)
     ipc = IpcServer(catalog, config.ipc, Guard.preset(config.guard.ipc))
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
@@ -100,34 +116,38 @@ def build(config: Config) -> Daemon:
             security_middleware(auth),
         ],
     )
-    http_guard = Guard.preset(config.guard.http)
-    app.add_routes(HttpApi(catalog, auth, http_guard, config.server.max_body_bytes).routes())
-    app.add_routes(ws.routes())
-    app.add_routes(OpenApi(catalog, auth, http_guard).routes())
-    mcp_guard = Guard.preset(config.guard.mcp)
-    app.add_routes(McpEndpoint(catalog, auth, mcp_guard, config.server.max_body_bytes).routes())
-    app.add_routes(toollab.routes())
-    app.add_routes(meter.routes(auth, http_guard))
-    # The flight recorder sees every invocation through the catalog's observer hook.
-    recorder = Recorder(catalog, config.state_dir, config.trace)
-    rt.status["trace"] = recorder.status
-    trace_api = TraceApi(
-        recorder, catalog, auth, http_guard, rt.screen, config.server.send_timeout_s
-    )
-    app.add_routes(trace_api.routes())
-    # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
-    stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
-    rt.status["stream"] = stream.metrics
-    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
+    max_body = config.server.max_body_bytes
+    routes = [
+        *HttpApi(catalog, max_body).routes(),
+        ws_route(ws),
+        *OpenApi(catalog).routes(),
+        *McpEndpoint(catalog, max_body).routes(),
+        *toollab.routes(),
+        *metrics_http.routes(meter),
+        *TraceApi(recorder, catalog, rt.screen, config.server.send_timeout_s).routes(),
+        *stream_http.routes(stream, auth, catalog.running),
+    ]
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend
-        from daemon.transports.sim_control import routes as sim_routes
+        from daemon.transports import sim_control
 
         assert isinstance(backend, SimulatedBackend)
-        app.add_routes(sim_routes(backend.target, auth, http_guard))
+        routes += sim_control.routes(backend.target)
+    mount(app, routes, auth, guards)
     announcer = Announcer(config, VERSION, lambda: tls.info.fingerprint if tls.info else "")
-    parts = Parts(recorder, stream, meter, announcer, tls)
-    return Daemon(rt, catalog, app, ws, ipc, parts)
+    return Daemon(
+        rt, backend, catalog, app, ws, ipc, Parts(recorder, stream, meter, announcer, tls)
+    )
+
+
+def ws_route(ws: WsTransport) -> Route:
+    """The WebSocket tool protocol's upgrade, under the WS guard (the catalog decides per tool;
+    the handler reads its caller again and refuses one without a token itself)."""
+
+    async def upgrade(request: web.Request, caller: Caller) -> web.StreamResponse:
+        return await ws.handle(request)
+
+    return Route("GET", WS_PATH, upgrade, catalog("ws"))
 
 
 @dataclass(frozen=True)
@@ -143,105 +163,66 @@ class Parts:
 
 
 class Daemon:
-    """One built daemon: start() brings its parts up in order, stop() takes them down in the
-    reverse order (each start pushes its stop onto one exit stack, so a failed start also
-    undoes what had come up)."""
+    """One built daemon: start() sets its parts up in the order of parts(), stop() tears them
+    down in reverse (daemon.lifecycle)."""
 
     def __init__(
         self,
         rt: Runtime,
+        backend: Backend,
         catalog: Catalog,
         app: web.Application,
         ws: WsTransport,
         ipc: IpcServer,
         parts: Parts,
     ):
-        self.rt, self.config, self.backend = rt, rt.config, rt.backend
+        self.rt, self.config, self.backend = rt, rt.config, backend
         self.catalog, self.app, self.ws, self.ipc = catalog, app, ws, ipc
         self.recorder, self.stream = parts.recorder, parts.stream
         self.metrics, self.announcer = parts.metrics, parts.announcer
         self.tls = parts.tls
-        self._stack = contextlib.AsyncExitStack()
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def _on_stop(self, hook: Callable[[], Awaitable[Any]]) -> None:
-        async def logged() -> None:  # one failing stop must not keep the others from running
-            try:
-                await hook()
-            except Exception:
-                log.exception("stop_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
-
-        self._stack.push_async_callback(logged)
-
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            await self._stack.aclose()
-            raise
-
-    async def _start(self) -> None:
-        inherited = await self.backend.start()
-        self._on_stop(self.backend.close)  # last: `full` left bound
-        if inherited:  # the host may still hold what a crashed daemon pressed
-            await self.rt.engine.release_everything()
-        self.recorder.start()
-        # Before the backend closes, after the last invocation ended (the drain runs first).
-        self._on_stop(lambda: asyncio.to_thread(self.recorder.stop))
-        server = self.config.server
-        limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
         # aiohttp's keepalive_timeout also runs from connect until the first request's header
         # is whole: it is the header timeout as well as the idle limit.
-        runner = web.AppRunner(
-            self.app,
+        self.runner = web.AppRunner(
+            app,
             handler_cancellation=True,
             access_log=None,
-            keepalive_timeout=server.header_timeout_s,
+            keepalive_timeout=self.config.server.header_timeout_s,
             logger=limits.server_log(),
         )
-        await runner.setup()
-        self._on_stop(runner.cleanup)
-        self._on_stop(self.rt.shell.close)
-        self._on_stop(self.rt.ocr.close)
-        self._on_stop(self.stream.close)  # viewers get their closing part
-        self._on_stop(self.ws.close_all)  # after HID drained: hosts got their answers
-        # After the catalog drained: nothing held, any drag undone, the full profile live.
-        self._on_stop(self.rt.engine.close)
-        busy = limits.too_many_connections("HTTP", server.max_connections, "server")
-        answer = limits.http_answer(
-            "503 Service Unavailable", json.dumps(error_body(busy)).encode()
-        )
-        if self.tls.enabled:  # before any listener: a certificate that cannot be used stops us
-            await asyncio.to_thread(self.tls.load)
-        plain = limits.http_answer("400 Bad Request", json.dumps(error_body(TLS_ONLY)).encode())
-        for addr, secured in self.tls.listeners:
-            await limits.CappedSite(
-                runner,
-                addr,
-                server.port,
-                server.max_connections,
-                answer,
-                ssl_context=self.tls.context if secured else None,
-                handshake_timeout=server.header_timeout_s,
-                plain_answer=plain,
-            ).start()
-        await self.ipc.start()
-        http_server = runner.server
-        assert http_server is not None
         self.metrics.watch_connections(
             {
-                "http": lambda: len(http_server.connections),
+                "http": lambda: len(self.runner.server.connections) if self.runner.server else 0,
                 "ws": lambda: len(self.ws.sessions),
                 "ipc": lambda: self.ipc.open_connections,
             }
         )
-        self._on_stop(self.ipc.stop)  # closes the socket and removes its file
-        self._on_stop(self._drain)  # running HID invocations finish or are cut
-        await self.announcer.start()  # once the listeners are up: a host may connect at once
-        self._on_stop(self.announcer.stop)  # the first to go: withdrawn before we close
-        self._on_stop(self._cancel_tasks)  # before the announcer stops: a refresh may run
-        if self.tls.enabled:
-            self._spawn(self.tls.watch(self._certificate_changed))
+        self.lifecycle = Lifecycle(self.parts())
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def parts(self) -> list[Part]:
+        """The daemon's parts in start-up order: shutdown goes from the last to the first."""
+        rt = self.rt
+        return [
+            Part("backend", self._backend),  # the last to go: `full` left bound
+            # Stopped after the last invocation ended (the drain comes first).
+            Part("flight recorder", self._recorder),
+            Part("http server", self._http_server),
+            on_stop("shell", rt.shell.close),
+            on_stop("ocr", rt.ocr.close),
+            on_stop("live stream", self.stream.close),  # viewers get their closing part
+            on_stop("websocket sessions", self.ws.close_all),  # after the drain: hosts answered
+            # After the catalog drained: nothing held, any drag undone, the full profile live.
+            on_stop("input engine", rt.engine.close),
+            Part("listeners", self._listeners),  # closed by the http server's cleanup
+            Part("ipc", self._ipc),  # closes the socket and removes its file
+            on_stop("drain", self._drain),  # running HID invocations finish or are cut
+            Part("announcer", self._announcer),  # withdrawn before anything closes
+            Part("tasks", self._watch),  # cancelled first: an announcer refresh may run
+        ]
+
+    async def start(self) -> None:
+        await self.lifecycle.start()
         log.info(
             "listening",
             addresses=self.config.server.listen,
@@ -256,15 +237,79 @@ class Daemon:
         for warning in security["warnings"]:
             log.warning("security_warning", message=warning)
 
+    async def stop(self) -> None:
+        await self.lifecycle.stop()
+        log.info("stopped")
+
+    # -- the parts ----------------------------------------------------------------------------
+
+    async def _backend(self) -> AsyncGenerator[None, None]:
+        inherited = await self.backend.start()
+        try:
+            if inherited:  # the host may still hold what a crashed daemon pressed
+                await self.rt.engine.release_everything()
+        except BaseException:
+            await self.backend.close()
+            raise
+        yield
+        await self.backend.close()
+
+    async def _recorder(self) -> AsyncGenerator[None, None]:
+        self.recorder.start()
+        yield
+        await asyncio.to_thread(self.recorder.stop)
+
+    async def _http_server(self) -> AsyncGenerator[None, None]:
+        server = self.config.server
+        limits.check_fd_budget(server.max_connections, self.config.ipc.max_connections)
+        await self.runner.setup()
+        yield
+        await self.runner.cleanup()
+
+    async def _listeners(self) -> AsyncGenerator[None, None]:
+        server = self.config.server
+        busy = limits.too_many_connections("HTTP", server.max_connections, "server")
+        answer = limits.http_answer(
+            "503 Service Unavailable", json.dumps(error_body(busy)).encode()
+        )
+        if self.tls.enabled:  # before any listener: a certificate that cannot be used stops us
+            await asyncio.to_thread(self.tls.load)
+        plain = limits.http_answer("400 Bad Request", json.dumps(error_body(TLS_ONLY)).encode())
+        for addr, secured in self.tls.listeners:
+            await limits.CappedSite(
+                self.runner,
+                addr,
+                server.port,
+                server.max_connections,
+                answer,
+                ssl_context=self.tls.context if secured else None,
+                handshake_timeout=server.header_timeout_s,
+                plain_answer=plain,
+            ).start()
+        yield
+
+    async def _ipc(self) -> AsyncGenerator[None, None]:
+        await self.ipc.start()
+        yield
+        await self.ipc.stop()
+
+    async def _announcer(self) -> AsyncGenerator[None, None]:
+        await self.announcer.start()  # once the listeners are up: a host may connect at once
+        yield
+        await self.announcer.stop()
+
+    async def _watch(self) -> AsyncGenerator[None, None]:
+        if self.tls.enabled:
+            self._spawn(self.tls.watch(self._certificate_changed))
+        yield
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _cancel_tasks(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def reload(self) -> None:
         """SIGHUP: the TLS certificate again (a user's renewed one, say); nothing else."""
@@ -281,10 +326,6 @@ class Daemon:
         cut = await self.catalog.drain(self.config.server.shutdown_grace_s)
         if cut:
             log.warning("hid_invocations_cut_at_shutdown", count=cut)
-
-    async def stop(self) -> None:
-        await self._stack.aclose()
-        log.info("stopped")
 
 
 async def serve(config: Config) -> None:

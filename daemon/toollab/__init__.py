@@ -11,6 +11,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from daemon.catalog import Caller
+from daemon.transports.routes import OPEN, Route
+
 HERE = Path(__file__).resolve().parent
 ASSETS = ("app.js", "app.css", "history.js", "history.css", "takeover.js")
 
@@ -26,16 +29,17 @@ HEADERS = {
 }
 
 
-async def index(request: web.Request) -> web.FileResponse:
+async def index(request: web.Request, caller: Caller) -> web.FileResponse:
     return web.FileResponse(HERE / "index.html", headers=HEADERS)
 
 
-async def asset(request: web.Request) -> web.FileResponse:
+async def asset(request: web.Request, caller: Caller) -> web.FileResponse:
     name = request.match_info["name"]
     if name not in ASSETS:
         raise web.HTTPNotFound()
     return web.FileResponse(HERE / name, headers=HEADERS)
 
 
-def routes() -> list[web.RouteDef]:
-    return [web.get("/", index), web.get("/toollab/{name}", asset)]
+def routes() -> list[Route]:
+    # Open: the page holds no data; what it shows comes through the routes that check access.
+    return [Route("GET", "/", index, OPEN), Route("GET", "/toollab/{name}", asset, OPEN)]

@@ -1,23 +1,28 @@
-"""Tool definitions. Each module exposes `tools(rt) -> list[ToolSpec]`; build_catalog holds them
-all — the one place a tool module is registered."""
+"""Tool definitions. Each module exposes `tools(rt) -> list[ToolSpec]`; register_tools holds
+them all — the one place a tool module is registered."""
 
 from __future__ import annotations
 
 from daemon.catalog import Catalog
+from daemon.config import Config
 from daemon.runtime import Runtime
 
 
-def build_catalog(rt: Runtime) -> Catalog:
-    from daemon.tools import input, screen, shell, system, text
-
-    cfg = rt.config.server
-    catalog = Catalog(
-        rt.platform,
+def new_catalog(config: Config) -> Catalog:
+    """The daemon's catalog, without tools yet: the parts that observe it (the flight recorder,
+    the security posture) are built before the Runtime the tools take."""
+    cfg = config.server
+    return Catalog(
+        config.platform,
         tool_timeout_s=cfg.tool_timeout_s,
         hid_timeout_s=cfg.hid_timeout_s,
         max_pending_hid=cfg.max_pending_hid,
     )
+
+
+def register_tools(catalog: Catalog, rt: Runtime) -> None:
+    from daemon.tools import input, screen, shell, system, text
+
     for module in (system, shell, screen, input, text):
         for spec in module.tools(rt):
             catalog.register(spec)
-    return catalog

@@ -19,19 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from daemon.auth import Auth
-from daemon.catalog import (
-    Availability,
-    Caller,
-    Catalog,
-    Deferred,
-    Guard,
-    Outcome,
-    RawText,
-    ToolSpec,
-)
+from daemon.catalog import Availability, Caller, Catalog, Deferred, Outcome, RawText, ToolSpec
 from daemon.errors import ToolError, http_status
+from daemon.transports import routes
 from daemon.transports.responses import error_response, request_too_large
 from daemon.transports.skill_bundle import skill_bundle
 from daemon.wire import WireError, iso_utc, loads, output_text
@@ -69,26 +62,24 @@ def _with_runtime(entry: dict[str, Any], avail: Availability) -> dict[str, Any]:
 
 
 class HttpApi:
-    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, max_body_bytes: int):
+    def __init__(self, catalog: Catalog, max_body_bytes: int):
         self.catalog = catalog
         self.max_body_bytes = max_body_bytes
-        self.auth = auth
-        self.guard = guard
         # The JSON text of each tool's definition(), encoded once: every reply carries it.
         self._definitions: dict[str, tuple[ToolSpec, str]] = {}
 
-    def routes(self) -> list[web.RouteDef]:
+    def routes(self) -> list[routes.Route]:
         return [
-            web.get("/api/tools", self.list_tools),
-            web.post("/api/tools/{name}", self.call_tool),
-            web.get("/api/tool-skills", self.tool_skills),
+            routes.Route("GET", "/api/tools", self.list_tools, routes.catalog()),
+            routes.Route("POST", "/api/tools/{name}", self.call_tool, routes.catalog()),
+            # The skill bundle is a model's view of the tools (CALLER_KINDS["skills"]).
+            routes.Route(
+                "GET", "/api/tool-skills", self.tool_skills, routes.catalog(kind="skills")
+            ),
         ]
 
-    def _caller(self, request: web.Request, kind: str = "http") -> Caller:
-        return self.auth.caller("http", self.guard, request, kind=kind)
-
-    async def list_tools(self, request: web.Request) -> web.Response:
-        specs = self.catalog.tools(self._caller(request))
+    async def list_tools(self, request: web.Request, caller: Caller) -> web.Response:
+        specs = self.catalog.tools(caller)
         return web.json_response(
             {
                 "platform": self.catalog.platform,
@@ -97,8 +88,8 @@ class HttpApi:
             }
         )
 
-    async def tool_skills(self, request: web.Request) -> web.Response:
-        specs = self.catalog.tools(self._caller(request, "skills"))
+    async def tool_skills(self, request: web.Request, caller: Caller) -> web.Response:
+        specs = self.catalog.tools(caller)
         base = f"{request.scheme}://{request.host}"
         return web.Response(
             text=skill_bundle(specs, self.catalog, base),
@@ -106,7 +97,7 @@ class HttpApi:
             charset="utf-8",
         )
 
-    async def call_tool(self, request: web.Request) -> web.Response:
+    async def call_tool(self, request: web.Request, caller: Caller) -> web.Response:
         raw_input: list[str] = []  # what the caller sent, echoed in the reply
         too_large: ToolError | None = None
         try:
@@ -125,7 +116,7 @@ class HttpApi:
         outcome = await self.catalog.call(
             request.match_info["name"],
             Deferred(decode),
-            self._caller(request),
+            caller,
             request_bytes=request.content_length if too_large else len(body),
         )
         return self._outcome(outcome, raw_input[0] if raw_input else None)
@@ -203,12 +194,12 @@ def _payload_error(message: str) -> ToolError:
     return ToolError("tool_call_payload_invalid", message)
 
 
-def security_middleware(auth: Auth) -> Any:
+def security_middleware(auth: Auth) -> Middleware:
     """Refuse foreign Host headers and cross-site browser requests before any handler runs,
     so a web page open on the target cannot drive it."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         error: ToolError | None = None
         if not auth.host_allowed(request.headers.get("Host")):
             error = ToolError("host_not_allowed", f"Host {request.host!r} is not one of ours")

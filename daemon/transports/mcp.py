@@ -21,9 +21,9 @@ import structlog
 from aiohttp import web
 
 from daemon import VERSION
-from daemon.auth import Auth
-from daemon.catalog import Caller, Catalog, Guard, Outcome, ToolSpec
+from daemon.catalog import Caller, Catalog, Outcome, ToolSpec
 from daemon.errors import ToolError
+from daemon.transports import routes
 from daemon.transports.responses import request_too_large
 from daemon.wire import IMAGE_TYPES, encoder, is_artifact, loads
 
@@ -154,20 +154,19 @@ def accepts_json(accept: str) -> bool:
 
 
 class McpEndpoint:
-    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard, max_body_bytes: int):
+    def __init__(self, catalog: Catalog, max_body_bytes: int):
         self.catalog = catalog
-        self.auth = auth
-        self.guard = guard
         self.max_body_bytes = max_body_bytes
 
-    def routes(self) -> list[web.RouteDef]:
+    def routes(self) -> list[routes.Route]:
+        # A model's caller: the model-facing tools of this target, under the MCP guard.
         return [
-            web.post("/mcp", self.post),
-            web.get("/mcp", self.not_allowed),
-            web.delete("/mcp", self.not_allowed),
+            routes.Route("POST", "/mcp", self.post, routes.catalog("mcp")),
+            routes.Route("GET", "/mcp", self.not_allowed, routes.OPEN),
+            routes.Route("DELETE", "/mcp", self.not_allowed, routes.OPEN),
         ]
 
-    async def not_allowed(self, request: web.Request) -> web.Response:
+    async def not_allowed(self, request: web.Request, caller: Caller) -> web.Response:
         """No server-initiated stream and no sessions to end: 405, as the transport allows."""
         return _rpc_reply(
             None,
@@ -176,7 +175,7 @@ class McpEndpoint:
             headers={"Allow": "POST"},
         )
 
-    async def post(self, request: web.Request) -> web.Response:
+    async def post(self, request: web.Request, caller: Caller) -> web.Response:
         if not accepts_json(request.headers.get("Accept", "")):
             return _rpc_reply(
                 None,
@@ -236,12 +235,12 @@ class McpEndpoint:
         if not isinstance(params, dict):
             return _rpc_reply(rid, error=RpcError(INVALID_PARAMS, "params must be an object"))
         try:
-            return _rpc_reply(rid, result=await self.dispatch(method, params, request, len(body)))
+            return _rpc_reply(rid, result=await self.dispatch(method, params, caller, len(body)))
         except RpcError as exc:
             return _rpc_reply(rid, error=exc)
 
     async def dispatch(
-        self, method: str, params: dict[str, Any], request: web.Request, size: int = 0
+        self, method: str, params: dict[str, Any], caller: Caller, size: int = 0
     ) -> Any:
         if method == "initialize":
             return {
@@ -253,25 +252,21 @@ class McpEndpoint:
         if method == "ping":
             return {}
         if method == "tools/list":
-            specs = self.catalog.tools(self._caller(request))
+            specs = self.catalog.tools(caller)
             return {"tools": [tool_definition(s, self.catalog) for s in specs]}
         if method == "tools/call":
-            return await self.call(params, request, size)
+            return await self.call(params, caller, size)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
-    def _caller(self, request: web.Request) -> Caller:
-        """A model's caller: the model-facing tools of this target."""
-        return self.auth.caller("mcp", self.guard, request)
-
     async def call(
-        self, params: dict[str, Any], request: web.Request, size: int | None = None
+        self, params: dict[str, Any], caller: Caller, size: int | None = None
     ) -> dict[str, Any]:
         name, args = params.get("name"), params.get("arguments", {})
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name")
         if not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
-        outcome = await self.catalog.call(name, args, self._caller(request), request_bytes=size)
+        outcome = await self.catalog.call(name, args, caller, request_bytes=size)
         if outcome.unknown:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")  # a protocol error in MCP
         try:

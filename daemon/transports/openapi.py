@@ -15,9 +15,9 @@ import jsonschema
 from aiohttp import web
 
 from daemon import VERSION
-from daemon.auth import Auth
-from daemon.catalog import POLICIES, Catalog, Guard, ToolSpec, needs_token
+from daemon.catalog import POLICIES, Caller, Catalog, ToolSpec, needs_token
 from daemon.errors import CALL_STATUS
+from daemon.transports import routes
 
 REF = "#/components/schemas/"
 
@@ -250,15 +250,13 @@ def openapi_document(specs: list[ToolSpec], catalog: Catalog) -> dict[str, Any]:
 
 
 class OpenApi:
-    def __init__(self, catalog: Catalog, auth: Auth, guard: Guard):
+    def __init__(self, catalog: Catalog):
         self.catalog = catalog
-        self.auth = auth
-        self.guard = guard
 
-    def routes(self) -> list[web.RouteDef]:
-        return [web.get("/api/openapi.json", self.document)]
-
-    async def document(self, request: web.Request) -> web.Response:
+    def routes(self) -> list[routes.Route]:
         # The HTTP tools API's own caller: exactly the tools GET /api/tools lists.
-        specs = self.catalog.tools(self.auth.caller("http", self.guard, request))
+        return [routes.Route("GET", "/api/openapi.json", self.document, routes.catalog())]
+
+    async def document(self, request: web.Request, caller: Caller) -> web.Response:
+        specs = self.catalog.tools(caller)
         return web.json_response(openapi_document(specs, self.catalog))

@@ -8,9 +8,8 @@ aiohttp; this module only wraps them in responses.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from daemon.errors import ToolError, http_status
 from daemon.wire import error_body
@@ -36,13 +35,13 @@ def error_response(error: ToolError) -> web.Response:
 data_error = error_response
 
 
-def body_limit(max_bytes: int) -> Any:
+def body_limit(max_bytes: int) -> Middleware:
     """aiohttp refuses a body over client_max_size ([server].max_body_bytes) in whichever
     handler reads it, as a plain-text 413: every route answers the tools API's JSON
     request_too_large instead (/mcp answers a JSON-RPC error, in its own handler)."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             response: web.StreamResponse = await handler(request)
         except web.HTTPRequestEntityTooLarge:

@@ -10,43 +10,39 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from daemon.auth import Auth
-from daemon.catalog import Guard
+from daemon.catalog import Caller
 from daemon.errors import ToolError
 from daemon.sim.control import control, policy
-from daemon.transports.responses import error_response
+from daemon.transports.routes import Route, action
 from daemon.wire import loads
 
 if TYPE_CHECKING:
     from daemon.sim.target import SimTarget
 
 
-def routes(target: SimTarget, auth: Auth, guard: Guard) -> list[web.RouteDef]:
-    def check(request: web.Request, action: str) -> None:
-        caller = auth.caller("sim", guard, request, kind="http")
-        caller.authorize(f"sim/{action}", *policy(action))
+def _authorized(request: web.Request) -> tuple[str, str, bool]:
+    """What an action is to Caller.authorize: its name, policy and privacy."""
+    name = request.match_info.get("action", "state")
+    return (f"sim/{name}", *policy(name))
 
-    async def state(request: web.Request) -> web.Response:
-        try:
-            check(request, "state")
-        except ToolError as exc:
-            return error_response(exc)
+
+def routes(target: SimTarget) -> list[Route]:
+    async def state(request: web.Request, caller: Caller) -> web.Response:
         return web.json_response(await control(target, "state"))
 
-    async def act(request: web.Request) -> web.Response:
-        action = request.match_info["action"]
-        try:
-            check(request, action)
-        except ToolError as exc:
-            return error_response(exc)
+    async def act(request: web.Request, caller: Caller) -> web.Response:
         body = await request.read()
         try:
             args = loads(body) if body.strip() else {}
             if not isinstance(args, dict):
                 raise ValueError("the body must be a JSON object")
-            return web.json_response(await control(target, action, args))
+            return web.json_response(await control(target, request.match_info["action"], args))
         except (ValueError, ToolError) as exc:
             code = exc.code if isinstance(exc, ToolError) else "tool_call_payload_invalid"
             return web.json_response({"error": str(exc), "code": code}, status=400)
 
-    return [web.get("/api/sim/state", state), web.post("/api/sim/{action}", act)]
+    access = action(_authorized, transport="sim")
+    return [
+        Route("GET", "/api/sim/state", state, access),
+        Route("POST", "/api/sim/{action}", act, access),
+    ]

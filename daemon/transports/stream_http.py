@@ -2,9 +2,10 @@
 work) and GET /api/live, which the Tool Lab polls for the stream's counters and the invocations
 running now (its "driving" badge).
 
-Who may watch is Caller.admit, the rule of every data route of the port: nothing while the
-HTTP guard is disabled, and a phone's screen is private, so off loopback the stream and the
-snapshot need the pairing token (Authorization: Bearer, or ?token= for a plain <img>, which
+Who may watch is declared with each route and checked by the one wrapper
+(daemon.transports.routes: Caller.admit, the rule of every data route of the port): nothing
+while the HTTP guard is disabled, and a phone's screen is private, so off loopback the stream
+and the snapshot need the pairing token (Authorization: Bearer, or ?token= for a plain <img>, which
 cannot send headers: the only routes that take a token in the URL). A stream ends when the token
 that opened it is rotated. /api/live shows no screen and is open like health_check. Statuses:
 the codes' own (daemon.errors.CODES).
@@ -17,41 +18,27 @@ import asyncio
 from aiohttp import web
 
 from daemon.auth import Auth
-from daemon.catalog import Guard
-from daemon.errors import ToolError
+from daemon.catalog import Caller
 from daemon.invocations import Running
-from daemon.screen.stream import Params, StreamHub, parse_params
-from daemon.transports.responses import data_error
+from daemon.screen.stream import StreamHub, parse_params
+from daemon.transports.routes import Route, data
 
 
-def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
+def routes(hub: StreamHub, auth: Auth, running: Running) -> list[Route]:
     """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
 
-    def admit(request: web.Request, what: str) -> tuple[Params, str]:
-        caller = auth.caller("http", guard, request, query_token=True)
-        caller.admit(what, private=True)
-        return parse_params(request.query, hub.config), caller.token_id
-
-    async def stream(request: web.Request) -> web.StreamResponse:
-        try:
-            params, token_id = admit(request, "stream")
-        except ToolError as exc:
-            return data_error(exc)
+    async def stream(request: web.Request, caller: Caller) -> web.StreamResponse:
+        params = parse_params(request.query, hub.config)
         task = asyncio.current_task()
         assert task is not None
-        unbind = auth.bind(token_id, task.cancel)  # its connection closes with it
+        unbind = auth.bind(caller.token_id, task.cancel)  # its connection closes with it
         try:
             return await hub.watch(request, params)
-        except ToolError as exc:
-            return data_error(exc)
         finally:
             unbind()
 
-    async def snapshot(request: web.Request) -> web.Response:
-        try:
-            frame, encoded = await hub.snapshot(admit(request, "snapshot")[0])
-        except ToolError as exc:
-            return data_error(exc)
+    async def snapshot(request: web.Request, caller: Caller) -> web.Response:
+        frame, encoded = await hub.snapshot(parse_params(request.query, hub.config))
         return web.Response(
             body=encoded.data,
             content_type="image/jpeg",
@@ -62,15 +49,11 @@ def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[w
             },
         )
 
-    async def live(request: web.Request) -> web.Response:
-        try:
-            auth.caller("http", guard, request).admit("live")
-        except ToolError as exc:
-            return data_error(exc)
+    async def live(request: web.Request, caller: Caller) -> web.Response:
         return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
 
     return [
-        web.get("/api/stream", stream),
-        web.get("/api/snapshot", snapshot),
-        web.get("/api/live", live),
+        Route("GET", "/api/stream", stream, data("stream", private=True, query_token=True)),
+        Route("GET", "/api/snapshot", snapshot, data("snapshot", private=True, query_token=True)),
+        Route("GET", "/api/live", live, data("live")),
     ]

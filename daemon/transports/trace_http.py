@@ -34,8 +34,7 @@ from typing import Any, TypeVar
 import structlog
 from aiohttp import web
 
-from daemon.auth import Auth
-from daemon.catalog import Caller, Catalog, Guard, check_guard
+from daemon.catalog import Caller, Catalog, check_guard
 from daemon.errors import ToolError
 from daemon.screen.service import Screen
 from daemon.throttled import Throttled
@@ -43,7 +42,7 @@ from daemon.trace import store
 from daemon.trace.recorder import Recorder
 from daemon.trace.replay import DEFAULT_THRESHOLD, ReplayStep, replay
 from daemon.transports.limits import taken
-from daemon.transports.responses import data_error
+from daemon.transports.routes import Route, data
 from daemon.wire import WireError, dumps, loads
 
 log = structlog.get_logger("daemon.transports.trace_http")
@@ -77,15 +76,11 @@ class TraceApi:
         self,
         recorder: Recorder,
         catalog: Catalog,
-        auth: Auth,
-        guard: Guard,
         screen: Screen,
         send_timeout_s: float = 30.0,
     ):
         self.recorder = recorder
         self.catalog = catalog
-        self.auth = auth
-        self.guard = guard
         self.screen = screen
         self.send_timeout_s = send_timeout_s
         self._export_dropped = Throttled("trace_export_reader_stopped")
@@ -98,18 +93,14 @@ class TraceApi:
     def _thread(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
-    def routes(self) -> list[web.RouteDef]:
+    def routes(self) -> list[Route]:
+        private = data("the flight recorder", private=True)
         return [
-            web.get("/api/trace", self.list),
-            web.get("/api/trace/export", self.export),
-            web.post("/api/trace/replay", self.replay),
-            web.get("/api/trace/{id}", self.one),
+            Route("GET", "/api/trace", self.list, private),
+            Route("GET", "/api/trace/export", self.export, private),
+            Route("POST", "/api/trace/replay", self.replay, private),
+            Route("GET", "/api/trace/{id}", self.one, private),
         ]
-
-    def _caller(self, request: web.Request) -> Caller:
-        caller = self.auth.caller("http", self.guard, request)
-        caller.admit("the flight recorder", private=True)
-        return caller
 
     async def _open(self) -> sqlite3.Connection | None:
         """A reader on the database, once the writer made it; None when there is none."""
@@ -137,12 +128,9 @@ class TraceApi:
 
         return await self._thread(run)
 
-    async def list(self, request: web.Request) -> web.Response:
-        try:
-            hide = not self._caller(request).sees_critical
-            f = parse_filter(request.query, default_limit=100, max_limit=1000)
-        except ToolError as exc:
-            return data_error(exc)
+    async def list(self, request: web.Request, caller: Caller) -> web.Response:
+        hide = not caller.sees_critical
+        f = parse_filter(request.query, default_limit=100, max_limit=1000)
         status = dumps(self.recorder.status())
 
         def listing(conn: sqlite3.Connection | None) -> bytes:
@@ -154,11 +142,8 @@ class TraceApi:
 
         return _json(await self._read(listing))
 
-    async def one(self, request: web.Request) -> web.Response:
-        try:
-            hide = not self._caller(request).sees_critical
-        except ToolError as exc:
-            return data_error(exc)
+    async def one(self, request: web.Request, caller: Caller) -> web.Response:
+        hide = not caller.sees_critical
         inv_id = request.match_info["id"]
 
         def record(conn: sqlite3.Connection | None) -> bytes | None:
@@ -180,15 +165,12 @@ class TraceApi:
 
         body = await self._read(record)
         if body is None:
-            return data_error(ToolError("trace_not_found", f"no recorded invocation {inv_id!r}"))
+            raise ToolError("trace_not_found", f"no recorded invocation {inv_id!r}")
         return _json(body)
 
-    async def export(self, request: web.Request) -> web.StreamResponse:
-        try:
-            hide = not self._caller(request).sees_critical
-            f = parse_filter(request.query, default_limit=1000, max_limit=5000)
-        except ToolError as exc:
-            return data_error(exc)
+    async def export(self, request: web.Request, caller: Caller) -> web.StreamResponse:
+        hide = not caller.sees_critical
+        f = parse_filter(request.query, default_limit=1000, max_limit=5000)
         conn = await self._open()
         chunks = store.export(conn, f, hide_critical=hide)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -213,28 +195,24 @@ class TraceApi:
             await self._thread(_close, chunks, conn)
         return response
 
-    async def replay(self, request: web.Request) -> web.Response:
+    async def replay(self, request: web.Request, caller: Caller) -> web.Response:
+        guard, token_id = caller.effective, caller.token_id
+        check_guard(guard, "trace/replay", "write")  # a replay runs tools: a write
+        body = await request.read()
         try:
-            caller = self._caller(request)
-            guard, token_id = caller.effective, caller.token_id
-            check_guard(guard, "trace/replay", "write")  # a replay runs tools: a write
-            body = await request.read()
-            try:
-                doc = loads(body) if body.strip() else {}
-            except WireError as exc:
-                raise _bad(f"body is not valid JSON: {exc}") from None
-            f, checkpoints, threshold = self._replay_request(doc)
-        except ToolError as exc:
-            return data_error(exc)
+            doc = loads(body) if body.strip() else {}
+        except WireError as exc:
+            raise _bad(f"body is not valid JSON: {exc}") from None
+        f, checkpoints, threshold = self._replay_request(doc)
 
         conn = await self._open()
         try:
             try:
                 ids = await self._thread(store.ids, conn, f) if conn else []
             except LookupError as exc:
-                return data_error(ToolError("trace_not_found", str(exc)))
+                raise ToolError("trace_not_found", str(exc)) from None
             if not ids:
-                return data_error(ToolError("trace_not_found", "no recorded invocation to replay"))
+                raise ToolError("trace_not_found", "no recorded invocation to replay")
 
             def step(inv_id: str) -> ReplayStep | None:
                 assert conn is not None

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.service import inprocess
 from tests.service.daemonproc import DaemonProcess
 
 if TYPE_CHECKING:
@@ -32,6 +33,28 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
 @pytest.fixture
 def daemon(make_daemon: Callable[..., DaemonProcess]) -> DaemonProcess:
     return make_daemon()
+
+
+@pytest.fixture
+async def make_app(tmp_path: Path, aiohttp_client: Any) -> AsyncIterator[inprocess.MakeApp]:
+    """Daemons in this process, served by aiohttp's test client (tests/service/inprocess.py)."""
+    started: list[inprocess.InProcess] = []
+
+    async def make(overrides: dict[str, dict[str, Any]] | None = None) -> inprocess.InProcess:
+        folder = tmp_path / f"app{len(started)}"
+        folder.mkdir()
+        served = await inprocess.start(folder, aiohttp_client, overrides)
+        started.append(served)
+        return served
+
+    yield make
+    for served in reversed(started):
+        await inprocess.stop(served)
+
+
+@pytest.fixture
+async def app(make_app: inprocess.MakeApp) -> inprocess.InProcess:
+    return await make_app()
 
 
 @pytest.fixture

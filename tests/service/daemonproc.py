@@ -83,6 +83,25 @@ def write_config(path: Path, tables: dict[str, dict[str, Any]]) -> None:
     path.write_text("\n".join(lines))
 
 
+def daemon_tables(
+    tmp: Path, port: int, overrides: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The test daemon's config (simulated target on 127.0.0.1:`port`, state under `tmp`)
+    with `overrides` merged in, table by table."""
+    tables: dict[str, dict[str, Any]] = {
+        "device": {"device_type": "iOS"},
+        "server": {"listen": ["127.0.0.1"], "port": port, "shutdown_grace_s": 10.0},
+        "backend": {"kind": "simulated"},
+        "guard": {"http": "full-access", "ws": "full-access", "ipc": "full-access"},
+        "state": {"dir": str(tmp / "state")},
+        "ipc": {"socket": str(tmp / "ipc.sock")},
+        "log": {"format": "json", "level": "debug"},
+    }
+    for table, values in (overrides or {}).items():
+        tables.setdefault(table, {}).update(values)
+    return tables
+
+
 class DaemonProcess:
     def __init__(
         self,
@@ -98,18 +117,7 @@ class DaemonProcess:
         self.fsize = fsize  # RLIMIT_FSIZE (bytes): a write past it fails, as on a full disk
         self.port = free_port()
         self.state_dir = tmp / "state"
-        tables: dict[str, dict[str, Any]] = {
-            "device": {"device_type": "iOS"},
-            "server": {"listen": ["127.0.0.1"], "port": self.port, "shutdown_grace_s": 10.0},
-            "backend": {"kind": "simulated"},
-            "guard": {"http": "full-access", "ws": "full-access", "ipc": "full-access"},
-            "state": {"dir": str(self.state_dir)},
-            "ipc": {"socket": str(tmp / "ipc.sock")},
-            "log": {"format": "json", "level": "debug"},
-        }
-        for table, values in (overrides or {}).items():
-            tables.setdefault(table, {}).update(values)
-        self.tables = tables
+        self.tables = tables = daemon_tables(tmp, self.port, overrides)
         self.config_path = tmp / "fingertip.toml"
         write_config(self.config_path, tables)
         self.log_path = tmp / "daemon.log"

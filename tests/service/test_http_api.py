@@ -1,13 +1,18 @@
-"""The HTTP tools API against the real daemon on loopback (simulated target)."""
+"""The HTTP tools API (simulated target): its rules (codec, statuses, guards, Host and Origin,
+body limits, the tools behind it) against the daemon in this process, served by aiohttp's test
+client (the `app` fixtures, tests/service/inprocess.py); what belongs to the process (listeners
+off loopback, its token file across restarts, its log, sd_notify, its exit, the config's
+checks) against the real fingertipd on loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +23,28 @@ import pytest
 from aiohttp import web
 
 from tests.service.daemonproc import REPO, DaemonProcess, eventually, free_port, write_config
+from tests.service.inprocess import InProcess, MakeApp
+
+Daemon = DaemonProcess | InProcess
+
+
+@contextlib.asynccontextmanager
+async def request(
+    d: Daemon, method: str, path: str, base: str | None = None, **kw: Any
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """One request to either daemon: the process over its base URL, the one in this process
+    through its test client."""
+    if isinstance(d, InProcess):
+        assert base is None  # the test client serves loopback only
+        async with d.client.request(method, path, **kw) as r:
+            yield r
+        return
+    async with aiohttp.ClientSession() as s, s.request(method, (base or d.base) + path, **kw) as r:
+        yield r
 
 
 async def call(
-    d: DaemonProcess,
+    d: Daemon,
     tool: str,
     body: Any = None,
     *,
@@ -30,20 +53,20 @@ async def call(
     base: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
     data = raw if raw is not None else json.dumps({"input": {}} if body is None else body).encode()
-    async with (
-        aiohttp.ClientSession() as s,
-        s.post(
-            f"{base or d.base}/api/tools/{tool}",
-            data=data,
-            headers={"Content-Type": "application/json", **(headers or {})},
-            ssl=False,  # off loopback: the daemon's own certificate (tests/service/test_tls.py)
-        ) as r,
-    ):
+    async with request(
+        d,
+        "POST",
+        f"/api/tools/{tool}",
+        base,
+        data=data,
+        headers={"Content-Type": "application/json", **(headers or {})},
+        ssl=False,  # off loopback: the daemon's own certificate (tests/service/test_tls.py)
+    ) as r:
         return r.status, await r.json()
 
 
-async def get(d: DaemonProcess, path: str, **kw: Any) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as s, s.get(d.base + path, **kw) as r:
+async def get(d: Daemon, path: str, **kw: Any) -> tuple[int, Any]:
+    async with request(d, "GET", path, **kw) as r:
         ctype = r.headers.get("Content-Type", "")
         return r.status, (await r.json() if "json" in ctype else await r.text())
 
@@ -57,8 +80,8 @@ def assert_shape(body: dict[str, Any]) -> None:
     assert body["called_at"].endswith("Z")
 
 
-async def test_list_tools_shape(daemon: DaemonProcess) -> None:
-    status, body = await get(daemon, "/api/tools")
+async def test_list_tools_shape(app: InProcess) -> None:
+    status, body = await get(app, "/api/tools")
     assert status == 200
     names = [t["name"] for t in body["tools"]]
     assert names == sorted(names)
@@ -73,8 +96,8 @@ async def test_list_tools_shape(daemon: DaemonProcess) -> None:
     assert shell["category"] == "system"
 
 
-async def test_health_check(daemon: DaemonProcess) -> None:
-    status, body = await call(daemon, "health_check", {"input": {}})
+async def test_health_check(app: InProcess) -> None:
+    status, body = await call(app, "health_check", {"input": {}})
     assert status == 200, body
     assert_shape(body)
     out = json.loads(body["output"])
@@ -83,8 +106,8 @@ async def test_health_check(daemon: DaemonProcess) -> None:
     assert body["raw_input"] == "{}"
 
 
-async def test_screenshot_is_a_real_jpeg(daemon: DaemonProcess) -> None:
-    status, body = await call(daemon, "screenshot", {"input": {"quality": 70}})
+async def test_screenshot_is_a_real_jpeg(app: InProcess) -> None:
+    status, body = await call(app, "screenshot", {"input": {"quality": 70}})
     assert status == 200, body
     out = json.loads(body["output"])
     assert out["format"] == "jpeg"
@@ -92,30 +115,30 @@ async def test_screenshot_is_a_real_jpeg(daemon: DaemonProcess) -> None:
     assert len(data) == out["size"]
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     assert img.shape[1] == out["width"] and img.shape[0] == out["height"]
-    status, body = await call(daemon, "screenshot", {"input": {"max_width": 270, "format": "png"}})
+    status, body = await call(app, "screenshot", {"input": {"max_width": 270, "format": "png"}})
     out = json.loads(body["output"])
     assert out["format"] == "png" and out["width"] == 270
 
 
-async def test_raw_input(daemon: DaemonProcess) -> None:
-    status, body = await call(daemon, "shell", {"raw_input": '{"command":"echo raw"}'})
+async def test_raw_input(app: InProcess) -> None:
+    status, body = await call(app, "shell", {"raw_input": '{"command":"echo raw"}'})
     assert status == 200, body
     assert json.loads(body["output"])["stdout"] == "raw\n"
     assert body["raw_input"] == '{"command":"echo raw"}'
 
 
-async def test_shell_run_and_timeout(daemon: DaemonProcess) -> None:
-    _, body = await call(daemon, "shell", {"input": {"command": "pwd; echo err >&2; exit 3"}})
+async def test_shell_run_and_timeout(app: InProcess) -> None:
+    _, body = await call(app, "shell", {"input": {"command": "pwd; echo err >&2; exit 3"}})
     out = json.loads(body["output"])
     assert out["exit_code"] == 3 and out["stderr"] == "err\n" and not out["timed_out"]
-    assert Path(out["stdout"].strip()).resolve() == daemon.state_dir.resolve()
-    _, body = await call(daemon, "shell", {"input": {"command": "sleep 30", "timeout_s": 0.3}})
+    assert Path(out["stdout"].strip()).resolve() == app.state_dir.resolve()
+    _, body = await call(app, "shell", {"input": {"command": "sleep 30", "timeout_s": 0.3}})
     out = json.loads(body["output"])
     assert out["timed_out"] is True and out["exit_code"] != 0
 
 
-async def test_shell_output_is_capped(make_daemon: Callable[..., DaemonProcess]) -> None:
-    d = make_daemon({"shell": {"max_output_bytes": 2048}})
+async def test_shell_output_is_capped(make_app: MakeApp) -> None:
+    d = await make_app({"shell": {"max_output_bytes": 2048}})
     _, body = await call(
         d, "shell", {"input": {"command": "head -c 100000 /dev/zero | tr '\\0' x"}}
     )
@@ -123,28 +146,28 @@ async def test_shell_output_is_capped(make_daemon: Callable[..., DaemonProcess])
     assert len(out["stdout"]) == 2048 and out["truncated"] is True
 
 
-async def test_shell_background_session(daemon: DaemonProcess) -> None:
-    _, body = await call(daemon, "shell", {"input": {"action": "start", "command": "cat"}})
+async def test_shell_background_session(app: InProcess) -> None:
+    _, body = await call(app, "shell", {"input": {"action": "start", "command": "cat"}})
     sid = json.loads(body["output"])["session"]
     _, body = await call(
-        daemon, "shell", {"input": {"action": "write", "session": sid, "input": "hello\n"}}
+        app, "shell", {"input": {"action": "write", "session": sid, "input": "hello\n"}}
     )
     assert body["is_error"] is False, body
     text = ""
 
     async def echoed() -> bool:
         nonlocal text
-        _, body = await call(daemon, "shell", {"input": {"action": "read", "session": sid}})
+        _, body = await call(app, "shell", {"input": {"action": "read", "session": sid}})
         text += json.loads(body["output"])["output"]
         return "hello" in text
 
     await eventually(echoed, "cat echoes what was written")
     assert text == "hello\n"
-    _, body = await call(daemon, "shell", {"input": {"action": "list"}})
+    _, body = await call(app, "shell", {"input": {"action": "list"}})
     assert [s["session"] for s in json.loads(body["output"])["sessions"]] == [sid]
-    _, body = await call(daemon, "shell", {"input": {"action": "stop", "session": sid}})
+    _, body = await call(app, "shell", {"input": {"action": "stop", "session": sid}})
     assert json.loads(body["output"])["running"] is False
-    status, body = await call(daemon, "shell", {"input": {"action": "read", "session": sid}})
+    status, body = await call(app, "shell", {"input": {"action": "read", "session": sid}})
     assert status == 200 and body["is_error"] and body["error"]["code"] == "shell_session_not_found"
 
 
@@ -224,24 +247,22 @@ async def test_weather(make_daemon: Callable[..., DaemonProcess], weather_server
     assert body["error"] == {**body["error"], "code": "weather_unavailable", "retryable": True}
 
 
-async def test_wait_for_wakeup(daemon: DaemonProcess) -> None:
-    _, body = await call(daemon, "wait_for_wakeup", {"input": {"reason": "user said goodnight"}})
+async def test_wait_for_wakeup(app: InProcess) -> None:
+    _, body = await call(app, "wait_for_wakeup", {"input": {"reason": "user said goodnight"}})
     out = json.loads(body["output"])
     assert out["wait_for_wakeup_requested"] is True and out["sleep_requested"] is True
     assert out["wait_for_wakeup_reason"] == out["sleep_reason"] == "user said goodnight"
-    _, body = await call(daemon, "health_check")
+    _, body = await call(app, "health_check")
     assert json.loads(body["output"])["run_state"] == "waiting_for_wakeup"
 
 
-async def test_tool_skills_bundle(
-    make_daemon: Callable[..., DaemonProcess], tmp_path: Path
-) -> None:
+async def test_tool_skills_bundle(make_app: MakeApp, tmp_path: Path) -> None:
     skill = tmp_path / "skills" / "planner"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(
         "---\nname: planner\ndescription: Plans trips.\n---\n# Plan\nStep 1.\n"
     )
-    d = make_daemon({"skills": {"dir": str(tmp_path / "skills")}})
+    d = await make_app({"skills": {"dir": str(tmp_path / "skills")}})
     status, text = await get(d, "/api/tool-skills")
     assert status == 200
     front, _, body = text.partition("\n---\n")
@@ -293,19 +314,17 @@ async def test_a_skill_whose_name_is_taken_is_left_out_and_the_daemon_starts(
         ("screenshot", b'{"input": {"quality": null}}', 400, "tool_arguments_invalid"),
     ],
 )
-async def test_bad_input(
-    daemon: DaemonProcess, tool: str, raw: bytes, status: int, code: str
-) -> None:
-    got, body = await call(daemon, tool, raw=raw)
+async def test_bad_input(app: InProcess, tool: str, raw: bytes, status: int, code: str) -> None:
+    got, body = await call(app, tool, raw=raw)
     assert (got, body["error"]["code"]) == (status, code), body
     assert_shape(body)
     assert body["is_error"] is True
     assert json.loads(body["output"])["code"] == code
 
 
-async def test_schema_errors_name_path_and_code(daemon: DaemonProcess) -> None:
+async def test_schema_errors_name_path_and_code(app: InProcess) -> None:
     _, body = await call(
-        daemon, "screenshot", {"input": {"quality": None, "zoom": 2, "format": "gif"}}
+        app, "screenshot", {"input": {"quality": None, "zoom": 2, "format": "gif"}}
     )
     errors = body["error"]["details"]["errors"]
     got = {(e["path"], e["code"]) for e in errors}
@@ -315,8 +334,8 @@ async def test_schema_errors_name_path_and_code(daemon: DaemonProcess) -> None:
     assert body["error"]["details"]["valid"] is False
 
 
-async def test_oversized_body(make_daemon: Callable[..., DaemonProcess]) -> None:
-    d = make_daemon({"server": {"max_body_bytes": 4096}})
+async def test_oversized_body(make_app: MakeApp) -> None:
+    d = await make_app({"server": {"max_body_bytes": 4096}})
     status, body = await call(
         d, "shell", raw=json.dumps({"input": {"command": "x" * 10000}}).encode()
     )
@@ -325,24 +344,24 @@ async def test_oversized_body(make_daemon: Callable[..., DaemonProcess]) -> None
     assert status == 200  # the daemon is unharmed
 
 
-async def test_foreign_host_and_origin(daemon: DaemonProcess) -> None:
-    status, body = await call(daemon, "health_check", headers={"Host": "evil.example:8080"})
+async def test_foreign_host_and_origin(app: InProcess) -> None:
+    status, body = await call(app, "health_check", headers={"Host": "evil.example:8080"})
     assert status == 403 and body["error"]["code"] == "host_not_allowed"
     status, body = await call(
-        daemon, "shell", {"input": {"command": "id"}}, headers={"Origin": "http://evil.example"}
+        app, "shell", {"input": {"command": "id"}}, headers={"Origin": "http://evil.example"}
     )
     assert status == 403 and body["error"]["code"] == "origin_not_allowed"
-    status, body = await call(daemon, "health_check", headers={"Origin": daemon.base})
+    status, body = await call(app, "health_check", headers={"Origin": app.base})
     assert status == 200
 
 
-async def test_guard_denies_critical(make_daemon: Callable[..., DaemonProcess]) -> None:
-    d = make_daemon({"guard": {"http": "read-write"}})
+async def test_guard_denies_critical(make_app: MakeApp) -> None:
+    d = await make_app({"guard": {"http": "read-write"}})
     status, body = await call(d, "shell", {"input": {"command": "id"}})
     assert status == 403 and body["error"]["code"] == "tool_execution_denied"
     _, listing = await get(d, "/api/tools")
     assert "shell" not in {t["name"] for t in listing["tools"]}
-    ro = make_daemon({"guard": {"http": "read-only"}})
+    ro = await make_app({"guard": {"http": "read-only"}})
     _, listing = await get(ro, "/api/tools")
     assert {t["name"] for t in listing["tools"]} >= {"screenshot", "health_check"}
     assert all(t["policy"] == "read" for t in listing["tools"])

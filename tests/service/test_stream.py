@@ -1,6 +1,7 @@
 """GET /api/stream, /api/snapshot and /api/live (issue 19) against the real daemon and its
 simulated target: shared frames, capture only while watched, stalled readers, capture loss,
-the token rule off loopback, hostile query strings."""
+the token rule off loopback, hostile query strings. The query and viewer rules, which are the
+application's, run on the daemon in this process (tests/service/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import numpy as np
 import pytest
 
 from tests.service.daemonproc import DaemonProcess, eventually
+from tests.service.inprocess import InProcess, MakeApp
 from tests.service.mjpeg import Part, Stream
 
 
-async def health_stream(d: DaemonProcess) -> dict[str, Any]:
+async def health_stream(d: DaemonProcess | InProcess) -> dict[str, Any]:
+    if isinstance(d, InProcess):
+        return dict((await d.health())["stream"])
     reply = await asyncio.to_thread(d.post_json, "/api/tools/health_check")
     return dict(json.loads(reply["output"])["stream"])
 
@@ -190,9 +194,8 @@ async def test_capture_loss_ends_the_stream_and_a_new_one_starts_when_it_is_back
     assert (await health_stream(d))["ended_by_capture_loss"] == 2
 
 
-async def test_snapshot_is_one_jpeg(make_daemon: Callable[..., DaemonProcess]) -> None:
-    d = make_daemon()
-    async with aiohttp.ClientSession() as s, s.get(d.base + "/api/snapshot?max_width=200") as r:
+async def test_snapshot_is_one_jpeg(app: InProcess) -> None:
+    async with app.client.get("/api/snapshot?max_width=200") as r:
         assert r.status == 200 and r.content_type == "image/jpeg"
         assert int(r.headers["X-Frame-Seq"]) >= 1
         image = cv2.imdecode(np.frombuffer(await r.read(), np.uint8), cv2.IMREAD_COLOR)
@@ -227,21 +230,20 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("query", HOSTILE)
-async def test_bad_query_parameters_are_a_clear_400(daemon: DaemonProcess, query: str) -> None:
-    async with aiohttp.ClientSession() as s:
-        for path in ("/api/stream", "/api/snapshot"):
-            async with s.get(f"{daemon.base}{path}?{query}") as r:
-                assert r.status == 400, (path, query)
-                body = await r.json()
-                assert body["error"]["code"] == "stream_params_invalid"
-    assert (await health_stream(daemon))["feeds"] == 0
+async def test_bad_query_parameters_are_a_clear_400(app: InProcess, query: str) -> None:
+    for path in ("/api/stream", "/api/snapshot"):
+        async with app.client.get(f"{path}?{query}") as r:
+            assert r.status == 400, (path, query)
+            body = await r.json()
+            assert body["error"]["code"] == "stream_params_invalid"
+    assert (await health_stream(app))["feeds"] == 0
 
 
-async def test_too_many_viewers_is_503(make_daemon: Callable[..., DaemonProcess]) -> None:
-    d = make_daemon({"stream": {"max_viewers": 1}})
-    async with aiohttp.ClientSession() as s, s.get(d.base + "/api/stream") as r1:
+async def test_too_many_viewers_is_503(make_app: MakeApp) -> None:
+    d = await make_app({"stream": {"max_viewers": 1}})
+    async with d.client.get("/api/stream") as r1:
         assert (await Stream(r1).next()) is not None
-        async with s.get(d.base + "/api/stream") as r2:
+        async with d.client.get("/api/stream") as r2:
             assert r2.status == 503
             assert (await r2.json())["error"]["code"] == "too_many_viewers"
 

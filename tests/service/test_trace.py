@@ -1,6 +1,8 @@
 """The flight recorder against the real daemon (simulated target): every transport's call kept
 once with its caller, redaction, retention by size and by age, a full disk and a read-only
-folder, SIGKILL under load, the export archive, and replay with visual checkpoints."""
+folder, SIGKILL under load, the export archive, and replay with visual checkpoints. The
+routes' rules (the token, bad filters and replay requests) run on the daemon in this process
+(tests/service/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import numpy as np
 import pytest
 
 from tests.service.daemonproc import DaemonProcess, eventually
+from tests.service.inprocess import InProcess, MakeApp
+from tests.service.test_http_api import request
 from tests.service.test_input_tools import FAST, FIELD, tile
 from tests.service.test_ipc_cli import cli
 from tests.service.test_mcp import mcp_client
@@ -46,32 +50,33 @@ def start(make: Make, **tables: dict[str, Any]) -> DaemonProcess:
     return make(overrides)
 
 
+Daemon = DaemonProcess | InProcess
+
+
 async def http(
-    d: DaemonProcess,
+    d: Daemon,
     method: str,
     path: str,
     body: Any = None,
     token: str | None = None,
 ) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s,
-        s.request(method, d.base + path, json=body, headers=headers) as r,
-    ):
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with request(d, method, path, json=body, headers=headers, timeout=timeout) as r:
         data = await r.read()
         if r.content_type == "application/json":
             return r.status, json.loads(data)
         return r.status, data
 
 
-async def tool(d: DaemonProcess, name: str, args: Any, token: str | None = None) -> Any:
+async def tool(d: Daemon, name: str, args: Any, token: str | None = None) -> Any:
     status, body = await http(d, "POST", f"/api/tools/{name}", {"input": args}, token)
     assert status == 200 and body["is_error"] is False, body
     return json.loads(body["output"])
 
 
 async def traced(
-    d: DaemonProcess, query: str = "", *, count: int | None = None, token: str | None = None
+    d: Daemon, query: str = "", *, count: int | None = None, token: str | None = None
 ) -> list[dict[str, Any]]:
     """GET /api/trace, waiting (the writer batches) until `count` invocations match."""
     deadline = time.monotonic() + 60  # a bound for a busy machine, not a timing
@@ -203,8 +208,8 @@ async def test_secret_arguments_are_redacted_and_critical_ones_need_full_access(
         assert not path.exists() or b"hunter2" not in path.read_bytes()
 
 
-async def test_the_trace_needs_the_token_where_write_tools_do(make_daemon: Make) -> None:
-    d = start(make_daemon, auth={"require_on_loopback": True})
+async def test_the_trace_needs_the_token_where_write_tools_do(make_app: MakeApp) -> None:
+    d = await make_app({"input": dict(FAST), "auth": {"require_on_loopback": True}})
     await tool(d, "health_check", {})
     for method, path in (
         ("GET", "/api/trace"),
@@ -234,8 +239,8 @@ async def test_the_trace_needs_the_token_where_write_tools_do(make_daemon: Make)
         "?outcome=ok&outcome=error",
     ],
 )
-async def test_bad_filters_have_their_code(daemon: DaemonProcess, query: str) -> None:
-    status, body = await http(daemon, "GET", f"/api/trace{query}")
+async def test_bad_filters_have_their_code(app: InProcess, query: str) -> None:
+    status, body = await http(app, "GET", f"/api/trace{query}")
     assert status == 400 and body["error"]["code"] == "trace_query_invalid", body
 
 
@@ -258,8 +263,8 @@ async def test_bad_filters_have_their_code(daemon: DaemonProcess, query: str) ->
         {"since": 0, "until": 10**400},
     ],
 )
-async def test_bad_replay_requests_have_their_code(daemon: DaemonProcess, body: Any) -> None:
-    status, reply = await http(daemon, "POST", "/api/trace/replay", body)
+async def test_bad_replay_requests_have_their_code(app: InProcess, body: Any) -> None:
+    status, reply = await http(app, "POST", "/api/trace/replay", body)
     assert status == 400 and reply["error"]["code"] == "trace_query_invalid", reply
 
 

@@ -14,6 +14,7 @@ from daemon.auth import Auth
 from daemon.catalog import Availability, CallContext, Catalog, Guard, ToolSpec, object_schema
 from daemon.config import Config
 from daemon.transports.http import HttpApi, iso_utc, project
+from daemon.transports.routes import mount
 
 BODY_KEYS = ["tool", "raw_input", "output", "is_error", "duration_ms", "called_at"]
 
@@ -52,9 +53,9 @@ def build_app(available: list[bool]) -> tuple[web.Application, Catalog]:
             ),
         ],
     )
-    api = HttpApi(catalog, Auth(Config(), "token"), Guard.preset("full-access"), 1 << 20)
     app = web.Application()
-    app.add_routes(api.routes())
+    guards = {"http": Guard.preset("full-access")}
+    mount(app, HttpApi(catalog, 1 << 20).routes(), Auth(Config(), "token"), guards)
     return app, catalog
 
 

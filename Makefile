@@ -130,14 +130,11 @@ bench: setup
 
 # The import check fails on any circle of imports in daemon/ and gadget/, those hidden inside
 # functions or under TYPE_CHECKING too (tests/import_cycles.py prints each with its lines).
-# Until the branches removing issue 43's last circles are merged it only prints them: delete
-# the IMPORT_CYCLES line to make a circle fail the lint.
-IMPORT_CYCLES := --report-only
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict gadget daemon
-	$(BIN)/python tests/import_cycles.py $(IMPORT_CYCLES)
+	$(BIN)/python tests/import_cycles.py
 
 format: setup
 	$(BIN)/ruff format .

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, TypeVar
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler, Middleware
 
 from daemon.errors import ToolError
 from daemon.throttled import Throttled
@@ -317,7 +318,7 @@ class CappedSite(web.TCPSite):
         await super().stop()
 
 
-def body_deadline(timeout: float) -> Any:
+def body_deadline(timeout: float) -> Middleware:
     """aiohttp reads a request body for as long as the client takes to send it: a body not whole
     `timeout` seconds after its header closes the connection (its handler is cancelled)."""
     cut = Throttled("http_body_timeout")
@@ -328,7 +329,7 @@ def body_deadline(timeout: float) -> Any:
             request.transport.close()
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         timer = None
         if request.body_exists and not request.content.is_eof():
             timer = asyncio.get_running_loop().call_later(timeout, expire, request)
@@ -382,14 +383,14 @@ async def taken(transport: asyncio.WriteTransport | None, write: Awaitable[T], t
             task.cancel()
 
 
-def reply_deadline(timeout: float) -> Any:
+def reply_deadline(timeout: float) -> Middleware:
     """A whole reply (not a stream, which keeps its own rule) is sent here, under `taken`: a
     client that does not read it is dropped after `timeout` instead of holding its connection
     (and the reply's buffer) for as long as it likes."""
     dropped = Throttled("http_reader_stopped")
 
     @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         response: web.StreamResponse = await handler(request)
         if response.prepared or request.transport is None:
             return response

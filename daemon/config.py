@@ -328,6 +328,26 @@ class CaptureConfig:
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
 
 
+_RECT = {"type": "array", "items": _int(0, 8192), "minItems": 4, "maxItems": 4}
+
+
+@dataclass(frozen=True)
+class ScreenConfig:
+    """Where the target's own screen is inside the captured frame (daemon/screen/geometry.py)."""
+
+    geometry: str | list[int] = _key(
+        "auto",
+        {"anyOf": [{"enum": ["auto", "full"]}, _RECT]},
+        'the target\'s screen in the frame: "auto" (found from the dark bars), "full" (the '
+        "whole frame), or [x, y, w, h] in frame pixels",
+    )
+
+    def __post_init__(self) -> None:
+        from daemon.screen.geometry import parse_setting
+
+        parse_setting(self.geometry)  # w and h of at least 1
+
+
 @dataclass(frozen=True)
 class OcrConfig:
     """On-device OCR for screen_text, find_text and tap_text (daemon/screen/ocr.py)."""
@@ -435,6 +455,7 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     input: InputConfig = field(default_factory=InputConfig)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.backends import Backend
 from daemon.config import Config
+from daemon.screen.geometry import ScreenGeometry
 
 if TYPE_CHECKING:
     from daemon.auth import Auth
@@ -40,6 +41,8 @@ class Runtime:
     shell: ShellService
     ocr: Ocr  # the text tools' OCR service; its engine loads on the first read
     auth: Auth  # the network's tokens (rotate_token)
+    # Where the target's screen is inside the captured frame: every tool speaks the screen.
+    geometry: ScreenGeometry = field(default_factory=ScreenGeometry)
     run_state: RunState = field(default_factory=RunState)
     # health_check's sections from parts built after the catalog (the flight recorder's state):
     # filled by the composition root, read by health_check.

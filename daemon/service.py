@@ -25,6 +25,7 @@ from daemon.engine import InputEngine
 from daemon.errors import ToolError
 from daemon.posture import posture
 from daemon.runtime import Runtime
+from daemon.screen.geometry import ScreenFrames, ScreenGeometry, parse_setting
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
@@ -74,16 +75,24 @@ def build(config: Config) -> Daemon:
     meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
     metrics.instrument(backend, meter)
     auth = Auth(config, load_or_create_token(config))
+    # Tools, the stream and the HID map see the target's screen, not the captured frame.
+    geometry = ScreenGeometry(parse_setting(config.screen.geometry), config.platform)
+    frames = ScreenFrames(backend.frames, geometry)
+    engine = InputEngine(
+        backend.hid, backend.profiles, config.input, config.platform, geometry.hid_map
+    )
     rt = Runtime(
         config,
         backend,
-        screen=Screen(backend.frames, config.capture),
-        engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
+        screen=Screen(frames, config.capture),
+        engine=engine,
         shell=ShellService(config),
         ocr=Ocr(config.ocr),
         auth=auth,
+        geometry=geometry,
     )
     rt.status["ocr"] = rt.ocr.status
+    rt.status["screen"] = geometry.status
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
@@ -116,7 +125,7 @@ def build(config: Config) -> Daemon:
     )
     app.add_routes(trace_api.routes())
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
-    stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
+    stream = StreamHub(frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
     app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
     if config.backend.kind == "simulated":

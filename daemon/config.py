@@ -246,6 +246,16 @@ class BackendConfig:
     sim_reenumerate_s: float = _key(
         0.05, _num(0, 10), "how long the simulated target takes to re-enumerate (writes fail)"
     )
+    sim_hdmi: bool = _key(
+        False,
+        _BOOL,
+        "the simulated target's picture inside a 1920x1080 frame with black bars, as a "
+        "phone's HDMI adapter sends it (sim_width/sim_height: its portrait or landscape "
+        "screen)",
+    )
+    sim_overscan: float = _key(
+        0.0, _num(0, 0.2), "the HDMI view's black border on every side, a fraction of each axis"
+    )
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ Where the rectangle comes from (`Geometry.source`):
 - calibrated: (reserved) a fitted map from a calibration run.
 
 A dark or all-black picture (a locked phone, a dark app) says nothing about the bars: it keeps
-the last good rectangle. A black status bar is not a bar: an edge counts only where the
-picture's first line is mostly lit, or where the opposite edge of the same axis has a lit bar
-of about the same size (adapters centre the picture).
+the last good rectangle. A black status bar is not a bar: bars on both sides of an axis are
+taken as one size (adapters centre the picture), and a bar on one side only counts where the
+picture's line next to it is solidly lit.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ REDUCED_WIDTH = 240  # the reduced frame detection runs on, in pixels across
 PROBE_POINTS = 64  # points per line the edge probe samples
 MIN_SIDE = 0.2  # sanity: the screen spans at least this much of the frame on each axis
 MAX_ASPECT = 3.0  # sanity: no screen is longer than 3:1 (a phone is about 2.2:1)
+SYMMETRY_PX = 2  # bars this close are one size (a centred picture of odd size)
 STICKY_PX = 2  # a re-detection within this many pixels keeps the rectangle (no jitter)
 
 
@@ -185,12 +186,25 @@ def fit(frame_w: int, frame_h: int, pic_w: int, pic_h: int, overscan: float = 0.
 # ---- detection (pure) --------------------------------------------------------------------------
 
 
-def _lit(image: Image, step: int) -> Mask:
-    """Lit pixels of the frame sampled every `step` pixels on both axes."""
+def _bright(pixels: Any) -> Any:
+    """Each pixel's brightest channel (numpy's max over a 3-wide axis is slow: pairwise)."""
     import numpy as np
 
-    small = image[::step, ::step]
-    lit: Mask = np.greater(small.max(axis=2) if small.ndim == 3 else small, DARK)
+    if pixels.ndim == 1 or pixels.shape[-1] != 3:
+        return pixels
+    return np.maximum(np.maximum(pixels[..., 0], pixels[..., 1]), pixels[..., 2])
+
+
+def _lit(image: Image, step: int) -> Mask:
+    """Lit pixels of the frame sampled every `step` pixels on both axes."""
+    import cv2
+    import numpy as np
+
+    h, w = int(image.shape[0]), int(image.shape[1])
+    small = cv2.resize(
+        image, (max(1, w // step), max(1, h // step)), interpolation=cv2.INTER_NEAREST
+    )
+    lit: Mask = np.greater(_bright(small), DARK)
     return lit
 
 
@@ -225,9 +239,10 @@ class EdgeProbe:
         """Per probed line: has content, and is solid (a picture's edge)."""
         import numpy as np
 
-        px = image[self.rows, self.cols]
-        bright = np.maximum(np.maximum(px[:, 0], px[:, 1]), px[:, 2]) if px.ndim == 2 else px
-        lit = np.add.reduceat((bright > DARK).astype(np.int32), self.starts) / self.sizes
+        lit = np.add.reduceat(
+            (_bright(image[self.rows, self.cols]) > DARK).astype(np.int32), self.starts
+        )
+        lit = lit / self.sizes
         return bytes(np.packbits(np.concatenate([lit > LIT_LINE, lit >= SOLID_EDGE])))
 
 
@@ -241,27 +256,29 @@ def _extent(lines: Any) -> tuple[int, int] | None:
 def _line_lit(image: Image, axis: int, index: int, lo: int, hi: int, step: int) -> float:
     """How much of full-resolution row (axis 0) or column (axis 1) `index`, between lo and hi,
     is lit (sampled every `step` pixels along it)."""
+    import numpy as np
+
     line = image[index, lo:hi:step] if axis == 0 else image[lo:hi:step, index]
     if line.size == 0:
         return 0.0
-    bright = line.max(axis=-1) if line.ndim == 2 else line
-    return float((bright > DARK).mean())
+    return float(np.count_nonzero(_bright(line) > DARK)) / len(line)  # 1-D: fast
 
 
 def _refine(image: Image, axis: int, coarse: int, step: int, lo: int, hi: int, sign: int) -> int:
     """The exact first content line near `coarse` (found every `step` lines), scanning
-    inward (sign +1 from the start edge, -1 from the end edge)."""
+    inward (sign +1 from the start edge, -1 from the end edge): one band, read at once."""
+    import numpy as np
+
     size = int(image.shape[axis])
-    start = min(size - 1, max(0, coarse - sign * step))
-    end = min(size - 1, max(0, coarse + sign * step))
+    a, b = max(0, coarse - step), min(size - 1, coarse + step)
     along = max(1, (hi - lo) // 200)
-    i = start
-    while True:
-        if _line_lit(image, axis, i, lo, hi, along) > LIT_LINE:
-            return i
-        if i == end:
-            return coarse
-        i += sign
+    band = image[a : b + 1, lo:hi:along] if axis == 0 else image[lo:hi:along, a : b + 1]
+    lit = (_bright(band) > DARK).astype(np.uint16)
+    counts = lit.sum(axis=1 - axis)  # per line of the band
+    content = np.flatnonzero(counts > LIT_LINE * max(1, lit.shape[1 - axis]))
+    if content.size == 0:
+        return coarse
+    return a + int(content[0] if sign > 0 else content[-1])
 
 
 def detect(image: Image) -> Rect | None:
@@ -269,11 +286,14 @@ def detect(image: Image) -> Rect | None:
     or what is lit fails the sanity limits). Bars may be on either axis or both, symmetric
     or not; an edge counts when the picture's line there is solidly lit, else it takes the
     opposite edge's bar (a dark status bar, a dark-mode app's margins are content)."""
+    import numpy as np
+
     height, width = int(image.shape[0]), int(image.shape[1])
     step = _step(width)
     lit = _lit(image, step)
-    rows = _extent(lit.mean(axis=1) > LIT_LINE)
-    cols = _extent(lit.mean(axis=0) > LIT_LINE)
+    counts = lit.astype(np.uint16)  # summed per row and column (count_nonzero by axis is slow)
+    rows = _extent(counts.sum(axis=1) > LIT_LINE * lit.shape[1])
+    cols = _extent(counts.sum(axis=0) > LIT_LINE * lit.shape[0])
     if rows is None or cols is None:
         return None  # nothing lit: a black screen says nothing about the bars
     # Coarse edges, in full-resolution pixels.
@@ -299,10 +319,9 @@ def detect(image: Image) -> Rect | None:
 def _axis(
     image: Image, axis: int, first: int, last: int, size: int, span: tuple[int, int]
 ) -> tuple[int, int] | None:
-    """The screen's first and last line on one axis from the lit extent (bars of any size on
-    either side): a bar is kept where the picture's line next to it is solid (a bar ends at a
-    picture's edge); a dark side whose line is not (a black status bar, a dark app) takes the
-    opposite side's real bar (adapters centre the picture), or none."""
+    """The screen's first and last line on one axis from the lit extent, or None when the
+    picture cannot tell. A bar ends at a picture's edge, whose line is solidly lit; a dark
+    side whose line is not (a black status bar with its clock, a dark app) is content."""
     along = max(1, (span[1] - span[0]) // 200)
     bar_a, bar_b = first, size - 1 - last
 
@@ -311,15 +330,20 @@ def _axis(
         lines = (min(size - 1, max(0, line + inward * k)) for k in range(3))
         return max(_line_lit(image, axis, i, *span, along) for i in lines) >= SOLID_EDGE
 
-    # A side without a bar is the frame's edge; a bar is real where the picture's edge line
-    # is solid; a dark side that is not takes the opposite real bar's size, or none.
+    # A side without a bar is the frame's edge. Bars on both sides are one size (adapters
+    # centre the picture): a wider dark side is the picture's own (a header, a status bar).
+    # A bar on one side only (a picture placed at an edge) counts where the picture's line
+    # next to it is solid.
     real_a = bar_a > 0 and solid(first, +1)
     real_b = bar_b > 0 and solid(last, -1)
-    if bar_a > 0 and bar_b > 0 and not (real_a or real_b):
-        return None  # dark on both sides and no picture edge: this picture cannot tell
-    a = bar_a if bar_a == 0 or real_a else (bar_b if real_b else 0)
-    b = bar_b if bar_b == 0 or real_b else (bar_a if real_a else 0)
-    return a, size - 1 - b
+    if bar_a > 0 and bar_b > 0:
+        if not (real_a or real_b):
+            return None  # dark on both sides and no picture edge: this picture cannot tell
+        if abs(bar_a - bar_b) > SYMMETRY_PX:
+            bar_a = bar_b = min(bar_a, bar_b)
+    else:
+        bar_a, bar_b = (bar_a if real_a else 0), (bar_b if real_b else 0)
+    return bar_a, size - 1 - bar_b
 
 
 # ---- the live value ----------------------------------------------------------------------------

@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from daemon.frames import Frame  # noqa: E402
-from daemon.screen.geometry import ScreenFrames, ScreenGeometry, detect, fit  # noqa: E402
-from daemon.screen.service import Screen  # noqa: E402
-from tests.bench.timing import paired  # noqa: E402
+from daemon.frames import Frame
+from daemon.screen.geometry import ScreenFrames, ScreenGeometry, detect, fit
+from daemon.screen.service import Screen
+from tests.bench.timing import paired
 
 W, H, ROUNDS, N = 1920, 1080, 5, 30
 

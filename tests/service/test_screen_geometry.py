@@ -101,7 +101,7 @@ async def test_tap_text_hits_every_word_through_the_hdmi_frame(
     whole = await ok(d, "screenshot", {"area": "frame"})
     assert (whole["width"], whole["height"]) == (1920, 1080)
 
-    _, body, health = await call(d, "health_check", {})
+    _, _, health = await call(d, "health_check", {})
     screen = health["screen"]
     assert screen["source"] == "detected", screen
     assert screen["orientation"] == ("landscape" if landscape else "portrait")

@@ -1,6 +1,7 @@
 """The live view's routes: GET /api/stream, /api/snapshot (daemon/screen/stream.py does the
 work) and GET /api/live, which the Tool Lab polls for the stream's counters and the invocations
-running now (its "driving" badge).
+running now (its "driving" badge) and the screen geometry (the stream is the target's screen,
+cut out of the captured frame).
 
 Who may watch is Caller.admit, the rule of every data route of the port: nothing while the
 HTTP guard is disabled, and a phone's screen is private, so off loopback the stream and the
@@ -13,6 +14,8 @@ daemon.wire.DATA_STATUS.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -24,8 +27,15 @@ from daemon.screen.stream import Params, StreamHub, parse_params
 from daemon.transports.responses import data_error
 
 
-def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
-    """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
+def routes(
+    hub: StreamHub,
+    auth: Auth,
+    running: Running,
+    guard: Guard,
+    screen: Callable[[], dict[str, Any]] | None = None,
+) -> list[web.RouteDef]:
+    """GET /api/stream, /api/snapshot and /api/live (viewers, the running invocations and,
+    given `screen`, where the streamed screen sits in the captured frame)."""
 
     def admit(request: web.Request, what: str) -> tuple[Params, str]:
         caller = auth.caller("http", guard, request, query_token=True)
@@ -67,7 +77,10 @@ def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[w
             auth.caller("http", guard, request).admit("live")
         except ToolError as exc:
             return data_error(exc)
-        return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
+        body = {"stream": hub.metrics(), "running": running.snapshot()}
+        if screen is not None:
+            body["screen"] = screen()
+        return web.json_response(body)
 
     return [
         web.get("/api/stream", stream),

@@ -160,7 +160,7 @@ def test_the_live_view_is_the_screen_inside_an_hdmi_frame(
     backend = {"kind": "simulated", "sim_hdmi": True, "sim_overscan": 0.03}
     d = make_daemon({**FAST_INPUT, "device": {"device_type": "Android"}, "backend": backend})
     page = open_lab(d, browser)
-    x, y, w, h = d.sim_state()["hdmi"]
+    _, _, w, h = d.sim_state()["hdmi"]
     size = page.evaluate("() => [$('screen').naturalWidth, $('screen').naturalHeight]")
     assert abs(size[0] - w) <= 1 and abs(size[1] - h) <= 1, (size, (w, h))
     expect(page.locator("#geometry")).to_contain_text("portrait · detected", timeout=20000)

@@ -25,6 +25,7 @@ from daemon.engine import InputEngine
 from daemon.errors import ToolError
 from daemon.posture import posture
 from daemon.runtime import Runtime
+from daemon.screen import calibrate
 from daemon.screen.geometry import ScreenFrames, ScreenGeometry, parse_setting
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
@@ -77,6 +78,7 @@ def build(config: Config) -> Daemon:
     auth = Auth(config, load_or_create_token(config))
     # Tools, the stream and the HID map see the target's screen, not the captured frame.
     geometry = ScreenGeometry(parse_setting(config.screen.geometry), config.platform)
+    geometry.calibration = calibrate.load(config.state_dir)  # kept from an earlier run
     frames = ScreenFrames(backend.frames, geometry)
     engine = InputEngine(
         backend.hid, backend.profiles, config.input, config.platform, geometry.hid_map

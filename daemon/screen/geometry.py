@@ -12,8 +12,10 @@ Where the rectangle comes from (`Geometry.source`):
   refined to the pixel at full resolution), re-run only when the reduced frame's edge profile
   changes (`EdgeProbe`), so it costs a small fraction of a screenshot;
 - configured: `[screen] geometry = [x, y, w, h]`;
-- full: `[screen] geometry = "full"`, or nothing detected yet;
-- calibrated: (reserved) a fitted map from a calibration run.
+- full: `[screen] geometry = "full"`, or nothing detected yet.
+
+The HID map is the platform's (`HID_SPAN`) unless a calibration (daemon.screen.calibrate: the
+cursor seen at known HID positions) was made for the same rectangle: then the fitted one.
 
 A dark or all-black picture (a locked phone, a dark app) says nothing about the bars: it keeps
 the last good rectangle. A black status bar is not a bar: bars on both sides of an axis are
@@ -39,12 +41,13 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from daemon.frames import Image
+    from daemon.screen.calibrate import Fit
 
     Mask = npt.NDArray[np.bool_]
 
 log = structlog.get_logger("daemon.screen.geometry")
 
-Source = Literal["detected", "configured", "calibrated", "full"]
+Source = Literal["detected", "configured", "full"]
 Span = Literal["screen", "frame"]
 
 # What the HID pointer's 0..32767 spans, per platform. iOS maps the absolute pointer
@@ -375,6 +378,7 @@ class ScreenGeometry:
     platform: str = "ios"
     current: Geometry | None = None
     detections: int = 0  # how many times detect() ran (diagnostics, tests)
+    calibration: Fit | None = None  # the measured map, for the rectangle it was made with
     listeners: list[Callable[[Geometry], None]] = field(default_factory=list)
     _probe: EdgeProbe | None = None
     _signature: bytes | None = None
@@ -446,10 +450,25 @@ class ScreenGeometry:
         self._signature = self._probe.signature(frame.image)
         return new
 
+    def calibrated(self) -> bool:
+        """Whether the calibration holds for the screen as it is now."""
+        g, c = self.current, self.calibration
+        return (
+            g is not None
+            and c is not None
+            and (c.rect, c.frame) == (g.rect, (g.frame_w, g.frame_h))
+        )
+
     def hid_map(self) -> HidMap:
-        """The current screen-normalized -> HID map (identity until a frame was seen)."""
+        """The current screen-normalized -> HID map (identity until a frame was seen): the
+        calibrated one while it holds, else the platform's."""
         g = self.current
-        return IDENTITY if g is None else g.hid_map(self.span)
+        if g is None:
+            return IDENTITY
+        if self.calibrated():
+            assert self.calibration is not None
+            return self.calibration.hid_map(g.rect)
+        return g.hid_map(self.span)
 
     def status(self) -> dict[str, Any]:
         """health_check's `screen` section."""
@@ -460,9 +479,20 @@ class ScreenGeometry:
             "hid_span": self.span,
             "detections": self.detections,
         }
+        c = self.calibration
+        if c is not None:
+            out["calibration"] = {
+                "residual_px": round(c.residual_px, 2),
+                "screen": c.rect.to_list(),
+                "holds": self.calibrated(),
+            }
         if g is None:
             return {**out, "known": False}
-        return {**out, "known": True, **g.to_dict(), "hid_map": self.hid_map().to_dict()}
+        hid_map = {
+            **self.hid_map().to_dict(),
+            "from": "calibration" if self.calibrated() else "platform",
+        }
+        return {**out, "known": True, **g.to_dict(), "hid_map": hid_map}
 
 
 def _clamp(r: Rect, w: int, h: int) -> Rect:
@@ -492,9 +522,9 @@ class ScreenFrames:
         raw = await self.frames.frame(newer_than=newer_than, timeout=timeout)
         return crop(raw, self.geometry.observe(raw))
 
-    async def full_frame(self, *, timeout: float = 2.0) -> Frame:
+    async def full_frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
         """The whole captured frame, bars included (the geometry still follows it)."""
-        raw = await self.frames.frame(timeout=timeout)
+        raw = await self.frames.frame(newer_than=newer_than, timeout=timeout)
         self.geometry.observe(raw)
         return raw
 

@@ -131,3 +131,28 @@ async def test_tap_text_hits_every_word_through_the_hdmi_frame(
     await notes()
     tapped += await tap_every_word(d, platform, notes)
     assert tapped >= 15
+
+
+async def test_calibration_measures_the_map_through_the_hdmi_frame(make_daemon: Make) -> None:
+    """iOS: the cursor is found at five HID positions and the fitted map's residual is within
+    2 px; taps then use it (and the kept file survives a restart). Android: no cursor."""
+    d = hdmi(make_daemon, "iOS", landscape=False)
+    await ok(d, "screenshot", {})  # the geometry, from a first frame
+    out = await ok(d, "calibrate_pointer", {})
+    assert out["residual_px"] <= 2.0, out
+    assert len(out["points"]) == 5 and out["hid_map"]["from"] == "calibration"
+    # The simulated iPhone's pointer spans its screen: the fit says (about) the identity.
+    assert abs(out["hid_map"]["x0"]) < 3 and abs(out["hid_map"]["sx"] - 1) < 0.01, out
+    _, _, health = await call(d, "health_check", {})
+    assert health["screen"]["calibration"]["holds"] is True
+    # A tap through the measured map opens the app under it.
+    tree = await ok(d, "screen_text", {})
+    notes = next(e for e in tree["elements"] if e["text"] == "Notes")
+    await ok(d, "touch_gesture", {"type": "tap", "point": notes["center"]})
+    assert (await state(d))["hits"][-1]["word"] == "Notes"
+    forgotten = await ok(d, "calibrate_pointer", {"forget": True})
+    assert forgotten["forgotten"] is True and forgotten["hid_map"]["from"] == "platform"
+
+    a = hdmi(make_daemon, "Android", landscape=False)
+    _, body, _ = await call(a, "calibrate_pointer", {})
+    assert body["is_error"] is True and body["error"]["code"] == "calibration_unavailable"

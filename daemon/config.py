@@ -351,11 +351,19 @@ class ScreenConfig:
         'the target\'s screen in the frame: "auto" (found from the dark bars), "full" (the '
         "whole frame), or [x, y, w, h] in frame pixels",
     )
+    model_size: list[int] = _key(
+        [],
+        {"type": "array", "items": _int(1, 16384), "maxItems": 2},
+        "the target's own screen in its pixels, [width, height] (an iPhone 13: [1170, 2532]), "
+        "or empty: a detected rectangle is snapped to its aspect ratio, in either orientation",
+    )
 
     def __post_init__(self) -> None:
         from daemon.screen.geometry import parse_setting
 
         parse_setting(self.geometry)  # w and h of at least 1
+        if len(self.model_size) not in (0, 2):
+            raise ValueError("model_size is [width, height], or empty")
 
 
 @dataclass(frozen=True)

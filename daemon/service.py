@@ -77,7 +77,12 @@ def build(config: Config) -> Daemon:
     metrics.instrument(backend, meter)
     auth = Auth(config, load_or_create_token(config))
     # Tools, the stream and the HID map see the target's screen, not the captured frame.
-    geometry = ScreenGeometry(parse_setting(config.screen.geometry), config.platform)
+    model = config.screen.model_size
+    geometry = ScreenGeometry(
+        parse_setting(config.screen.geometry),
+        config.platform,
+        (model[0], model[1]) if model else None,
+    )
     geometry.calibration = calibrate.load(config.state_dir)  # kept from an earlier run
     frames = ScreenFrames(backend.frames, geometry)
     engine = InputEngine(

@@ -74,6 +74,7 @@ PROBE_POINTS = 64  # points per line the edge probe samples
 MIN_SIDE = 0.2  # sanity: the screen spans at least this much of the frame on each axis
 MAX_ASPECT = 3.0  # sanity: no screen is longer than 3:1 (a phone is about 2.2:1)
 SYMMETRY_PX = 2  # bars this close are one size (a centred picture of odd size)
+SNAP_WITHIN = 0.1  # a detected aspect this close to the model's is snapped to it
 STICKY_PX = 2  # a re-detection within this many pixels keeps the rectangle (no jitter)
 
 
@@ -349,6 +350,26 @@ def _axis(
     return bar_a, size - 1 - bar_b
 
 
+def snap(rect: Rect, model: tuple[int, int], frame_w: int, frame_h: int) -> Rect:
+    """`rect` with the model screen's aspect ratio, in the rectangle's own orientation: an
+    adapter fits the picture to the frame, so the long side found is kept (it touches the
+    frame's inner edges) and the short side follows, centred where it was found. A rectangle
+    whose aspect is more than SNAP_WITHIN off is not the model's screen: kept as found."""
+    long_side, short_side = max(model), min(model)
+    ratio = short_side / long_side
+    if rect.h >= rect.w:
+        w = round(rect.h * ratio)
+        if abs(w - rect.w) > SNAP_WITHIN * rect.w:
+            return rect
+        x = min(max(0, round(rect.x + rect.w / 2 - w / 2)), frame_w - w)
+        return Rect(x, rect.y, w, rect.h)
+    h = round(rect.w * ratio)
+    if abs(h - rect.h) > SNAP_WITHIN * rect.h:
+        return rect
+    y = min(max(0, round(rect.y + rect.h / 2 - h / 2)), frame_h - h)
+    return Rect(rect.x, y, rect.w, h)
+
+
 # ---- the live value ----------------------------------------------------------------------------
 
 
@@ -376,6 +397,7 @@ class ScreenGeometry:
 
     setting: Literal["auto", "full"] | Rect = "auto"
     platform: str = "ios"
+    model: tuple[int, int] | None = None  # the target's screen size: snap to its aspect
     current: Geometry | None = None
     detections: int = 0  # how many times detect() ran (diagnostics, tests)
     calibration: Fit | None = None  # the measured map, for the rectangle it was made with
@@ -432,6 +454,8 @@ class ScreenGeometry:
                 return cur
         self.detections += 1
         rect = detect(frame.image)
+        if rect is not None and self.model is not None:
+            rect = snap(rect, self.model, w, h)
         if rect is None:  # nothing to go by: keep the last good one (or the frame, at first)
             new = cur if same_size and cur is not None else full(w, h)
         elif (

@@ -227,3 +227,23 @@ def test_the_screen_config_key() -> None:
     for bad in ("portrait", [1, 2, 3], [0, 0, 0, 10], [-1, 0, 10, 10], [0.5, 0, 1, 1], {}):
         with pytest.raises(ConfigError, match="screen"):
             from_mapping({"screen": {"geometry": bad}})
+
+
+def test_model_aspect_snapping() -> None:
+    from daemon.screen.geometry import snap
+
+    model = (1170, 2532)
+    # A detection two pixels narrow (a dark edge column) gets the model's width back.
+    off = Rect(PORTRAIT.x + 1, PORTRAIT.y, PORTRAIT.w - 2, PORTRAIT.h)
+    assert snap(off, model, FW, FH).near(PORTRAIT, 1)
+    # Landscape: the same model, turned.
+    r = LANDSCAPE_OVERSCAN
+    off = Rect(r.x, r.y - 20, r.w, r.h + 40)  # dark content above and below, equally
+    assert snap(off, model, FW, FH).near(LANDSCAPE_OVERSCAN, 1)
+    # Far from the model's aspect: not its screen, kept as found.
+    assert snap(Rect(0, 0, 800, 800), model, FW, FH) == Rect(0, 0, 800, 800)
+    g = ScreenGeometry("auto", "ios", model)
+    pic = picture(1170, 2532)
+    pic[:, -6:] = 10  # the picture's last columns are dark: found 3 px narrow, snapped back
+    got = g.observe(frame(framed(pic, PORTRAIT_OVERSCAN), 1)).rect
+    assert got.near(PORTRAIT_OVERSCAN, 1), got

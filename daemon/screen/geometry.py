@@ -287,9 +287,9 @@ def _refine(image: Image, axis: int, coarse: int, step: int, lo: int, hi: int, s
 
 def detect(image: Image) -> Rect | None:
     """The target's screen inside `image`, or None when the picture cannot tell (all dark,
-    or what is lit fails the sanity limits). Bars may be on either axis or both, symmetric
-    or not; an edge counts when the picture's line there is solidly lit, else it takes the
-    opposite edge's bar (a dark status bar, a dark-mode app's margins are content)."""
+    dark on every side, or what is lit fails the sanity limits). Found on a reduced frame,
+    each edge then refined to the pixel; bars on either axis or both (see `_axis` for which
+    dark sides are bars and which are the picture's own)."""
     import numpy as np
 
     height, width = int(image.shape[0]), int(image.shape[1])

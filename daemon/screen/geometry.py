@@ -25,9 +25,9 @@ picture's line next to it is solidly lit.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -401,7 +401,6 @@ class ScreenGeometry:
     current: Geometry | None = None
     detections: int = 0  # how many times detect() ran (diagnostics, tests)
     calibration: Fit | None = None  # the measured map, for the rectangle it was made with
-    listeners: list[Callable[[Geometry], None]] = field(default_factory=list)
     _probe: EdgeProbe | None = None
     _signature: bytes | None = None
     _seq: int | None = None
@@ -430,9 +429,22 @@ class ScreenGeometry:
             self.current = new
         if changed and (cur is None or new.rect != cur.rect or new.source != cur.source):
             log.info("screen.geometry", **new.to_dict())
-            for listener in self.listeners:
-                listener(new)
         return new
+
+    def unchanged(self, frame: Frame) -> Geometry | None:
+        """The current geometry when `frame` cannot change it (the same frame, a fixed
+        setting, or edges the probe sees unchanged: cheap, fine on the event loop), else
+        None: observe() must run (in a worker thread: it may detect)."""
+        with self._lock:
+            cur = self.current
+            if cur is None or not self._fits(cur, frame):
+                return None
+            if frame.seq == self._seq or self.setting != "auto":
+                return cur
+            if self._probe is not None and self._probe.signature(frame.image) == self._signature:
+                self._seq = frame.seq
+                return cur
+            return None
 
     @staticmethod
     def _fits(g: Geometry, frame: Frame) -> bool:
@@ -544,12 +556,17 @@ class ScreenFrames:
 
     async def frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
         raw = await self.frames.frame(newer_than=newer_than, timeout=timeout)
-        return crop(raw, self.geometry.observe(raw))
+        return crop(raw, await self._geometry(raw))
+
+    async def _geometry(self, raw: Frame) -> Geometry:
+        g = self.geometry
+        known = g.unchanged(raw)
+        return known if known is not None else await asyncio.to_thread(g.observe, raw)
 
     async def full_frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
         """The whole captured frame, bars included (the geometry still follows it)."""
         raw = await self.frames.frame(newer_than=newer_than, timeout=timeout)
-        self.geometry.observe(raw)
+        await self._geometry(raw)
         return raw
 
     def available(self) -> tuple[bool, str]:

@@ -8,8 +8,8 @@ the probe sees the edges change, and is timed on its own as well.
 
 Prints, per call (medians of alternating rounds):
   - screenshot: Screen.screenshot through ScreenFrames (probe, crop, JPEG encode, base64),
-  - per-frame geometry (ScreenGeometry.observe on a new frame, edges unchanged) and its share
-    of the screenshot,
+  - per-frame geometry (ScreenGeometry.unchanged on a new frame: the edge probe) and its
+    share of the screenshot,
   - a full detection (detect() on the frame) and its share, the cost when the edges change,
   - for reference, the screenshot of the whole frame (bars included) as before the geometry.
 Run: .venv/bin/python tests/bench/bench_geometry.py
@@ -81,8 +81,10 @@ async def main() -> None:
     async def shot() -> object:
         return await screen.screenshot()
 
-    async def observe() -> object:
-        return geometry.observe(await raw.frame())
+    async def observe() -> object:  # what ScreenFrames does per frame when nothing changed
+        known = geometry.unchanged(await raw.frame())
+        assert known is not None
+        return known
 
     async def detection() -> object:
         return detect(image)

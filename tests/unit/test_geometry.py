@@ -151,6 +151,7 @@ def test_live_geometry_keeps_the_last_good_rect_and_detects_only_on_edge_changes
     inside = bright.copy()
     r = PORTRAIT_OVERSCAN
     inside[r.y + 300 : r.y + 400, r.x + 50 : r.x + 300] = 90
+    assert g.unchanged(frame(inside, 2)) == first  # what the event loop checks per frame
     assert g.observe(frame(inside, 2)) == first
     assert g.detections == 1
     # The phone locks: a black frame keeps the rectangle.
@@ -159,6 +160,7 @@ def test_live_geometry_keeps_the_last_good_rect_and_detects_only_on_edge_changes
     dark = framed(picture(1170, 2532, dark=True), PORTRAIT_OVERSCAN)
     assert g.observe(frame(dark, 4)).rect == PORTRAIT_OVERSCAN
     # The app turns to landscape: re-detected.
+    assert g.unchanged(frame(framed(picture(1600, 740), LANDSCAPE_OVERSCAN), 5)) is None
     turned = g.observe(frame(framed(picture(1600, 740), LANDSCAPE_OVERSCAN), 5))
     assert turned.rect == LANDSCAPE_OVERSCAN and turned.orientation == "landscape"
     # invalidate(): the same frame is detected afresh.

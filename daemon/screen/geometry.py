@@ -29,7 +29,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import structlog
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from daemon.frames import Image
-    from daemon.screen.calibrate import Fit
 
     Mask = npt.NDArray[np.bool_]
 
@@ -127,6 +126,21 @@ class HidMap:
 
 
 IDENTITY = HidMap()
+
+
+class Calibration(Protocol):
+    """A measured map (daemon.screen.calibrate.Fit), for the rectangle it was measured on."""
+
+    @property
+    def rect(self) -> Rect: ...
+
+    @property
+    def frame(self) -> tuple[int, int]: ...
+
+    @property
+    def residual_px(self) -> float: ...
+
+    def hid_map(self, rect: Rect) -> HidMap: ...
 
 
 @dataclass(frozen=True)
@@ -400,7 +414,7 @@ class ScreenGeometry:
     model: tuple[int, int] | None = None  # the target's screen size: snap to its aspect
     current: Geometry | None = None
     detections: int = 0  # how many times detect() ran (diagnostics, tests)
-    calibration: Fit | None = None  # the measured map, for the rectangle it was made with
+    calibration: Calibration | None = None  # the measured map, for the rectangle it was made with
     _probe: EdgeProbe | None = None
     _signature: bytes | None = None
     _seq: int | None = None

@@ -262,6 +262,16 @@ class BackendConfig:
     sim_reenumerate_s: float = _key(
         0.05, _num(0, 10), "how long the simulated target takes to re-enumerate (writes fail)"
     )
+    sim_hdmi: bool = _key(
+        False,
+        _BOOL,
+        "the simulated target's picture inside a 1920x1080 frame with black bars, as a "
+        "phone's HDMI adapter sends it (sim_width/sim_height: its portrait or landscape "
+        "screen)",
+    )
+    sim_overscan: float = _key(
+        0.0, _num(0, 0.2), "the HDMI view's black border on every side, a fraction of each axis"
+    )
 
 
 @dataclass(frozen=True)
@@ -342,6 +352,34 @@ class CaptureConfig:
     buffers: int = _key(2, _int(1, 16), "V4L2 buffers the driver fills (each holds a frame)")
     idle_stop_s: float = _key(10.0, _num(0.1, 3600))
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
+
+
+_RECT = {"type": "array", "items": _int(0, 8192), "minItems": 4, "maxItems": 4}
+
+
+@dataclass(frozen=True)
+class ScreenConfig:
+    """Where the target's own screen is inside the captured frame (daemon/screen/geometry.py)."""
+
+    geometry: str | list[int] = _key(
+        "auto",
+        {"anyOf": [{"enum": ["auto", "full"]}, _RECT]},
+        'the target\'s screen in the frame: "auto" (found from the dark bars), "full" (the '
+        "whole frame), or [x, y, w, h] in frame pixels",
+    )
+    model_size: list[int] = _key(
+        [],
+        {"type": "array", "items": _int(1, 16384), "maxItems": 2},
+        "the target's own screen in its pixels, [width, height] (an iPhone 13: [1170, 2532]), "
+        "or empty: a detected rectangle is snapped to its aspect ratio, in either orientation",
+    )
+
+    def __post_init__(self) -> None:
+        from daemon.screen.geometry import parse_setting
+
+        parse_setting(self.geometry)  # w and h of at least 1
+        if len(self.model_size) not in (0, 2):
+            raise ValueError("model_size is [width, height], or empty")
 
 
 @dataclass(frozen=True)
@@ -451,6 +489,7 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     input: InputConfig = field(default_factory=InputConfig)

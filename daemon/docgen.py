@@ -93,6 +93,8 @@ def allowed(schema: dict[str, Any]) -> str:
     """The values a key takes, from its JSON Schema, in a few words."""
     if "enum" in schema:
         return ", ".join(toml_literal(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(allowed(s) for s in schema["anyOf"])
     kind = schema.get("type", "")
     if kind in ("integer", "number") and "minimum" in schema:
         lo, hi = schema["minimum"], schema.get("maximum")
@@ -100,7 +102,8 @@ def allowed(schema: dict[str, Any]) -> str:
             return "0..0xffff"
         return f"{_num(lo)}..{_num(hi)}" if hi is not None else f">= {_num(lo)}"
     if kind == "array":
-        return "list"
+        n = schema.get("minItems")
+        return f"list of {n}" if n is not None and n == schema.get("maxItems") else "list"
     return str(kind)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.backends import Backend
 from daemon.config import Config
+from daemon.screen.geometry import ScreenGeometry
 
 if TYPE_CHECKING:
     from daemon.auth import Auth
@@ -43,6 +44,8 @@ class Runtime:
     # health_check's sections from the daemon's other parts (OCR, the security posture, the
     # flight recorder, the live stream), by name in the order the reply shows them.
     status: Mapping[str, Callable[[], dict[str, Any]]]
+    # Where the target's screen is inside the captured frame: every tool speaks the screen.
+    geometry: ScreenGeometry = field(default_factory=ScreenGeometry)
     run_state: RunState = field(default_factory=RunState)
     started_at: float = field(default_factory=time.monotonic)
 

@@ -26,6 +26,8 @@ from daemon.errors import ToolError
 from daemon.lifecycle import Lifecycle, Part, on_stop
 from daemon.posture import posture
 from daemon.runtime import Runtime
+from daemon.screen import calibrate
+from daemon.screen.geometry import ScreenFrames, ScreenGeometry, parse_setting
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
@@ -83,23 +85,36 @@ def build(config: Config) -> Daemon:
     catalog.observers.append(meter.observe_invocation)
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
+    # Tools, the stream and the HID map see the target's screen, not the captured frame.
+    model = config.screen.model_size
+    geometry = ScreenGeometry(
+        parse_setting(config.screen.geometry),
+        config.platform,
+        (model[0], model[1]) if model else None,
+    )
+    geometry.calibration = calibrate.load(config.state_dir)  # kept from an earlier run
+    frames = ScreenFrames(counted.frames, geometry)
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
-    stream = StreamHub(counted.frames, config.stream, config.capture.no_frame_timeout_s)
+    stream = StreamHub(frames, config.stream, config.capture.no_frame_timeout_s)
     ocr = Ocr(config.ocr)
     rt = Runtime(
         config,
         counted,
-        screen=Screen(counted.frames, config.capture),
-        engine=InputEngine(counted.hid, counted.profiles, config.input, config.platform),
+        screen=Screen(frames, config.capture),
+        engine=InputEngine(
+            counted.hid, counted.profiles, config.input, config.platform, geometry.hid_map
+        ),
         shell=ShellService(config),
         ocr=ocr,
         auth=auth,
         status={
             "ocr": ocr.status,
+            "screen": geometry.status,
             "security": posture(config, auth, tls, catalog),
             "trace": recorder.status,
             "stream": stream.metrics,
         },
+        geometry=geometry,
     )
     register_tools(catalog, rt)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
@@ -125,7 +140,7 @@ def build(config: Config) -> Daemon:
         *toollab.routes(),
         *metrics_http.routes(meter),
         *TraceApi(recorder, catalog, rt.screen, config.server.send_timeout_s).routes(),
-        *stream_http.routes(stream, auth, catalog.running),
+        *stream_http.routes(stream, auth, catalog.running, geometry.status),
     ]
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -37,6 +38,7 @@ from daemon.engine.executor import Held, execute, release
 from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
 from daemon.evidence import note
+from daemon.screen.geometry import HidMap
 from gadget import reports
 from gadget.errors import GadgetError
 from gadget.profiles import FULL, ISOLATED, has_role
@@ -219,15 +221,22 @@ class InputEngine:
     """The HID flow of one daemon over one HidOutput and one ProfileControl."""
 
     def __init__(
-        self, hid: HidOutput, profiles: ProfileControl, cfg: InputConfig, platform: str
+        self,
+        hid: HidOutput,
+        profiles: ProfileControl,
+        cfg: InputConfig,
+        platform: str,
+        hid_map: Callable[[], HidMap] | None = None,
     ) -> None:
         self.hid = hid
         self.profiles = profiles
         self.cfg = cfg
         self.platform = platform
         self.isolates = platform == "ios"
-        self.pointer = Pointer.for_platform(platform, cfg)
-        self.held = Held(self.pointer.kind)
+        self._pointer = Pointer.for_platform(platform, cfg)
+        # Where the target's screen is for the HID (daemon.screen.geometry): read per program.
+        self._hid_map = hid_map
+        self.held = Held(self._pointer.kind)
         self.leds_silent = False  # the target did not answer a Caps Lock probe (this enumeration)
         # A switch that outlived its limit: it goes on (a board's switch runs to its end) and
         # may make its profile live later, so the engine waits it out before the next one and
@@ -266,6 +275,13 @@ class InputEngine:
         return self._flow.locked()
 
     @property
+    def pointer(self) -> Pointer:
+        """The pointer with the screen geometry's current HID map."""
+        if self._hid_map is None:
+            return self._pointer
+        return dataclasses.replace(self._pointer, map=self._hid_map())
+
+    @property
     def pointer_at(self) -> Point | None:
         """Where the mouse cursor is (last report sent); None when unknown or a touchscreen,
         which has no resting position."""
@@ -273,7 +289,7 @@ class InputEngine:
         if last is None or self.pointer.kind != "mouse":
             return None
         m = reports.unpack_mouse(last)
-        return Point(reports.abs_to_norm(m.x), reports.abs_to_norm(m.y))
+        return Point(*self.pointer.map.from_abs(m.x, m.y))
 
     async def play(self, program: Program) -> None:
         """Execute a program with the write limit over the whole of it; errors become ToolErrors."""

@@ -25,6 +25,7 @@ from typing import Any, Literal, NamedTuple
 from daemon.catalog import validation_error
 from daemon.config import InputConfig
 from daemon.errors import ToolError
+from daemon.screen.geometry import IDENTITY, HidMap
 from gadget import keymap, layouts, reports
 from gadget.descriptors import pointer_for
 from gadget.errors import UnknownKey, UntypableCharacter
@@ -73,7 +74,8 @@ Program = list[Step]
 
 @dataclass(frozen=True)
 class Point:
-    """A normalized position, 0..1000 on both axes."""
+    """A normalized position, 0..1000 on both axes of the target's screen (the Pointer's map
+    takes it to the HID's 0..32767)."""
 
     x: float
     y: float
@@ -146,10 +148,14 @@ def normalize(x: float, y: float, path: str, size: tuple[int, int] | None = None
 
 @dataclass(frozen=True)
 class Pointer:
-    """How contacts are expressed to this target."""
+    """How contacts are expressed to this target, and where its 0..32767 lands."""
 
     kind: Literal["mouse", "touchscreen"]
     settle_ms: float  # mouse: between moving the cursor and pressing
+    map: HidMap = IDENTITY  # screen-normalized -> HID (daemon.screen.geometry)
+
+    def abs(self, p: Point) -> tuple[int, int]:
+        return self.map.to_abs(p.x, p.y)
 
     @staticmethod
     def for_platform(platform: str, cfg: InputConfig) -> Pointer:
@@ -197,17 +203,17 @@ class PointerTimeline:
 
     def is_at(self, p: Point) -> bool:
         """Whether the pointer already sits on p's absolute position."""
-        return self.at is not None and self.at.abs() == p.abs()
+        return self.at is not None and self.pointer.abs(self.at) == self.pointer.abs(p)
 
     def _emit(self, p: Point) -> None:
-        x, y = p.abs()
+        x, y = self.pointer.abs(p)
         self.steps.append(Step(self.t, "pointer", self.pointer.report(x, y, self.down)))
         self.at = p
 
     def _emit_beside(self, p: Point) -> None:
         """A report one absolute unit off p on both axes (toward the middle): imperceptible,
         but a change the host cannot drop (see hover)."""
-        x, y = p.abs()
+        x, y = self.pointer.abs(p)
         nx, ny = (v - 1 if v > 0 else v + 1 for v in (x, y))
         self.steps.append(Step(self.t, "pointer", self.pointer.report(nx, ny, self.down)))
 
@@ -277,7 +283,7 @@ class PointerTimeline:
         """Wheel (or pan) ticks, one report each, at the pointer's position (mouse only)."""
         if self.pointer.kind != "mouse" or self.at is None:
             raise ValueError("the wheel needs a mouse at a known position")
-        x, y = self.at.abs()
+        x, y = self.pointer.abs(self.at)
         sign = 1 if ticks > 0 else -1
         buttons = reports.BUTTON_LEFT if self.down else 0
         for i in range(abs(ticks)):

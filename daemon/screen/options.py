@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Format = Literal["jpeg", "png"]
+Area = Literal["screen", "frame"]  # the target's screen (bars cut off), or the whole frame
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class ShotOptions:
     max_width: int | None = None
     scale: float | None = None
     fmt: Format = "jpeg"
+    area: Area = "screen"
 
     @classmethod
     def from_args(cls, format: Format, **rest: Any) -> ShotOptions:

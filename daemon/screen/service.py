@@ -26,6 +26,7 @@ from daemon.evidence import note
 from daemon.frames import Frame, FrameSource
 from daemon.screen.detector import Diff, Signature, compare, signature
 from daemon.screen.encode import encode, screenshot_dict
+from daemon.screen.geometry import ScreenFrames
 from daemon.screen.options import SHOT, STABLE, ShotOptions, StableOptions
 
 log = structlog.get_logger("daemon.screen")
@@ -72,8 +73,13 @@ class Screen:
         self.baseline_timeout_s = min(baseline_timeout_s, self.frame_timeout_s)
 
     async def screenshot(self, options: ShotOptions = SHOT) -> dict[str, Any]:
-        """A fresh frame (per the source's freshness guarantee), encoded."""
-        frame = await self.source.frame(timeout=self.frame_timeout_s)
+        """A fresh frame (per the source's freshness guarantee), encoded: the target's screen,
+        or with area "frame" the whole captured frame, bars included."""
+        source = self.source
+        if options.area == "frame" and isinstance(source, ScreenFrames):
+            frame = await source.full_frame(timeout=self.frame_timeout_s)
+        else:
+            frame = await source.frame(timeout=self.frame_timeout_s)
         return await asyncio.to_thread(shot, frame, options)
 
     async def wait_for_stable(

@@ -19,6 +19,8 @@ class SimulatedBackend:
             height=b.sim_height or None,
             reenumerate_s=b.sim_reenumerate_s,
             xkb_names=config.device.layout.xkb,
+            hdmi=b.sim_hdmi,
+            overscan=b.sim_overscan,
         )
         self.hid: HidOutput = self.target
         self.profiles: ProfileControl = self.target

@@ -158,6 +158,7 @@ class VirtualDevice:
     swallowed: list[str] = field(default_factory=list)
     released_on_reenumeration: int = 0
     show_keyboard: bool = False  # keep the on-screen keyboard up while a field has focus
+    taps: list[tuple[float, float]] = field(default_factory=list)  # where taps landed (last 100)
     layout: ScreenLayout = field(init=False)
     xkb: XkbText = field(init=False)
 
@@ -398,6 +399,7 @@ class VirtualDevice:
         return None
 
     def _tap(self, x: float, y: float, *, long: bool) -> None:
+        self.taps = [*self.taps[-99:], (x, y)]
         kind = "long press" if long else "tap"
         lay = self.layout
         if self.screen == "home":

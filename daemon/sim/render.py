@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from daemon.screen.geometry import Rect as FrameRect
 from daemon.sim.device import Scene, View
 from daemon.sim.layout import STATUS_BOTTOM, Rect, ScreenLayout, make_layout
 
@@ -263,3 +264,12 @@ def _draw_overlay(img: Image, view: View) -> None:
         pts = np.round(ARROW * max(1.0, 1.2 * s) + tip).astype(np.int32)
         cv2.fillPoly(img, [pts], (150, 150, 150) if view.pressed else (255, 255, 255))
         cv2.polylines(img, [pts], True, (0, 0, 0), max(1, round(2 * s)), cv2.LINE_AA)
+
+
+def hdmi_frame(image: Image, rect: FrameRect, size: tuple[int, int]) -> Image:
+    """`image` scaled into `rect` of a black frame of `size` (width, height): what a phone's
+    HDMI adapter sends (the picture fitted, bars and overscan black)."""
+    frame = np.zeros((size[1], size[0], 3), np.uint8)
+    scaled = cv2.resize(image, (rect.w, rect.h), interpolation=cv2.INTER_AREA)
+    frame[rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] = scaled
+    return frame

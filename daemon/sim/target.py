@@ -44,23 +44,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from daemon.errors import ToolError
 from daemon.frames import Frame
+from daemon.screen.geometry import fit
 from daemon.sim import keys
 from daemon.sim.device import VirtualDevice
 from daemon.sim.layout import PHONES, PLATFORMS
-from daemon.sim.render import Renderer
+from daemon.sim.render import Renderer, hdmi_frame
 from gadget import layouts, reports
 from gadget.errors import TargetNotAttached
 from gadget.profiles import has_role
 
+if TYPE_CHECKING:
+    from daemon.frames import Image
+
 log = structlog.get_logger(__name__)
 
 PROFILES = ("full", "keyboard-isolated")
+HDMI_SIZE = (1920, 1080)  # the frame a phone's HDMI adapter sends
+HIT_SLOP = 6  # pixels around a word's ink that still count as a tap on it
 ROLES = ("keyboard", "consumer", "pointer")
 
 
@@ -78,6 +84,8 @@ class SimTarget:
         xkb_names: dict[str, str] | None = None,
         led_reports: bool = True,
         leds_at_enumeration: bool = True,
+        hdmi: bool = False,
+        overscan: float = 0.0,
     ) -> None:
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
@@ -91,6 +99,9 @@ class SimTarget:
         self.reenumerate_s = reenumerate_s
         names = xkb_names or layouts.for_target("us", platform).xkb
         self._device = VirtualDevice(platform, w, h, xkb_names=dict(names))
+        # The HDMI view: the picture fitted into a 1920x1080 frame inside an overscan border.
+        self.hdmi = fit(*HDMI_SIZE, w, h, overscan) if hdmi else None
+        self._hits: list[dict[str, Any]] = []  # what each tap landed on (tests' ground truth)
         self._send_leds = led_reports
         self._leds_at_enumeration = leds_at_enumeration
         self._led_count = 0
@@ -131,14 +142,46 @@ class SimTarget:
             dev.consumer(reports.unpack_consumer(report))
         elif self.platform == "android":
             contacts = [
-                (c.id, keys.norm(c.x), keys.norm(c.y), bool(c.tip))
-                for c in reports.unpack_touch(report)
+                (c.id, *self._touch_at(c.x, c.y), bool(c.tip)) for c in reports.unpack_touch(report)
             ]
+            taps = len(dev.taps)
             dev.touch(contacts, now)
+            self._record_hits(taps)
         else:
             m = reports.unpack_mouse(report)
+            taps = len(dev.taps)
             dev.mouse(m.buttons, keys.norm(m.x), keys.norm(m.y), m.wheel, m.pan, now)
+            self._record_hits(taps)
         self._counts[role] += 1
+
+    def _touch_at(self, x: int, y: int) -> tuple[float, float]:
+        """Where a touch lands on the screen, normalized. Android binds a USB touchscreen to
+        the external display: with the HDMI view it spans the whole frame, bars included, and
+        a touch on a bar lands on the screen's nearest edge."""
+        nx, ny = keys.norm(x), keys.norm(y)
+        r = self.hdmi
+        if r is None:
+            return nx, ny
+        fx, fy = nx / 1000 * (HDMI_SIZE[0] - 1), ny / 1000 * (HDMI_SIZE[1] - 1)
+        sx = (fx - r.x) / max(1, r.w - 1) * 1000
+        sy = (fy - r.y) / max(1, r.h - 1) * 1000
+        return min(1000.0, max(0.0, sx)), min(1000.0, max(0.0, sy))
+
+    def _record_hits(self, before: int) -> None:
+        """Note the word under each new tap, in the picture last rendered (what was seen)."""
+        dev = self._device
+        for x, y in dev.taps[before:]:
+            px, py = x * dev.width / 1000, y * dev.height / 1000
+            word = next(
+                (
+                    w.text
+                    for w in self._renderer.drawn
+                    if w.box[0] - HIT_SLOP <= px <= w.box[2] + HIT_SLOP
+                    and w.box[1] - HIT_SLOP <= py <= w.box[3] + HIT_SLOP
+                ),
+                None,
+            )
+            self._hits = [*self._hits[-99:], {"x": round(px), "y": round(py), "word": word}]
 
     # ---- the host's LED output reports -----------------------------------------------------
 
@@ -242,9 +285,13 @@ class SimTarget:
             self._seq += 1
             view = self._device.view(self._seq if self._animating else None)
             mono, utc = time.monotonic(), time.time()
-            image = await asyncio.to_thread(self._renderer.render, view)
+            image = await asyncio.to_thread(self._render, view)
             self._last = Frame(image=image, seq=self._seq, captured_at=mono, captured_at_utc=utc)
             return self._last
+
+    def _render(self, view: Any) -> Image:
+        image = self._renderer.render(view)
+        return image if self.hdmi is None else hdmi_frame(image, self.hdmi, HDMI_SIZE)
 
     def available(self) -> tuple[bool, str]:
         return (True, "") if self._capture else (False, "simulated capture is off")
@@ -298,6 +345,8 @@ class SimTarget:
             "capture": self._capture,
             "animating": self._animating,
             "keyboard": self._device.show_keyboard,
+            "hdmi": None if self.hdmi is None else self.hdmi.to_list(),
+            "hits": list(self._hits),
             "frames_rendered": self._seq,  # grows only while someone takes frames
             "size": [self._device.width, self._device.height],
             "reports": dict(self._counts),

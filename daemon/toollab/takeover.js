@@ -326,7 +326,11 @@ async function pollDriving() {
     if (!document.hidden) {
       try {
         const resp = await fetch("/api/live", { headers: authHeaders(), cache: "no-store" });
-        if (resp.ok) showDriving((await resp.json()).running);
+        if (resp.ok) {
+          const live = await resp.json();
+          showDriving(live.running);
+          showGeometry(live.screen);
+        }
       } catch { /* the daemon is restarting: try again */ }
     }
     await delay(LIVE_POLL_MS);
@@ -341,6 +345,16 @@ function showDriving(running) {
   badge.textContent = others.length
     ? `driving: ${others.map((r) => `${r.tool} (${r.transport} ${r.caller})`).join(", ")}`
     : "";
+}
+
+// The live view is the target's own screen, cut out of the captured frame (the bars an HDMI
+// adapter adds are not shown, and clicks count in the screen): where it sits in the frame.
+function showGeometry(g) {
+  if (!g || !g.known) return;
+  const s = g.screen;
+  $("geometry").textContent =
+    `screen ${s.width}×${s.height} at ${s.x},${s.y} of the ${g.frame.width}×${g.frame.height} ` +
+    `frame · ${g.orientation} · ${g.source} · the pointer spans the ${g.hid_span}`;
 }
 
 function startTakeover() {

@@ -21,8 +21,8 @@ def new_catalog(config: Config) -> Catalog:
 
 
 def register_tools(catalog: Catalog, rt: Runtime) -> None:
-    from daemon.tools import input, screen, shell, system, text
+    from daemon.tools import calibration, input, screen, shell, system, text
 
-    for module in (system, shell, screen, input, text):
+    for module in (system, shell, screen, input, text, calibration):
         for spec in module.tools(rt):
             catalog.register(spec)

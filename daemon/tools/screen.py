@@ -31,6 +31,12 @@ SCREENSHOT_ARGS = object_schema(
         "max_width": {"type": "integer", "minimum": 16, "maximum": 8192},
         "scale": {"type": "number", "minimum": 0.01, "maximum": 1},  # 1 % of a 1080p frame: 19 px
         "format": {"enum": ["jpeg", "png"], "default": SHOT.fmt},
+        "area": {
+            "enum": ["screen", "frame"],
+            "default": SHOT.area,
+            "description": "screen: the target's own screen, the bars an HDMI adapter adds cut "
+            "off (what every coordinate counts in); frame: the whole captured frame",
+        },
     }
 )
 
@@ -75,9 +81,11 @@ def tools(rt: Runtime) -> list[ToolSpec]:
         ToolSpec(
             name="screenshot",
             title="Screenshot",
-            description="Capture the target's current screen. Returns width, height, format, "
-            "size and base64 data (JPEG by default), plus the frame's capture time. Optional "
-            "quality, max_width or scale, and format (jpeg or png).",
+            description="Capture the target's current screen (cut to the target's own screen "
+            "when the capture adds bars around it). Returns width, height, format, size and "
+            "base64 data (JPEG by default), plus the frame's capture time. Optional quality, "
+            "max_width or scale, format (jpeg or png), and area frame for the whole captured "
+            "frame.",
             category="screen",
             policy="read",
             handler=screenshot,

@@ -71,10 +71,12 @@ def health_tool(rt: Runtime) -> ToolSpec:
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
         "its last LED report set them (null before its first), the live stream's viewers, "
         "delivered fps and dropped frames, on-device OCR (on or off, its worker process "
-        "running or stopped, its last failure), and the security posture: each listener and "
-        "whether it has TLS, the certificate's fingerprint, where the token is required, each "
-        "transport's guard, who can reach the shell tool, the client tokens' policies (by id) "
-        "and any warnings. Takes no arguments.",
+        "running or stopped, its last failure), the screen geometry (where the target's screen "
+        "is inside the captured frame, its orientation, whether detected, configured or the "
+        "full frame, and how the HID pointer spans it), and the security posture: each "
+        "listener and whether it has TLS, the certificate's fingerprint, where the token is "
+        "required, each transport's guard, who can reach the shell tool, the client tokens' "
+        "policies (by id) and any warnings. Takes no arguments.",
         category="system",
         policy="read",
         handler=health,
@@ -95,6 +97,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},
+                "screen": {"type": "object"},
                 "security": {"type": "object"},
             },
             required=["ok", "version"],

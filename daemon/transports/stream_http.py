@@ -1,6 +1,7 @@
 """The live view's routes: GET /api/stream, /api/snapshot (daemon/screen/stream.py does the
 work) and GET /api/live, which the Tool Lab polls for the stream's counters and the invocations
-running now (its "driving" badge).
+running now (its "driving" badge) and the screen geometry (the stream is the target's screen,
+cut out of the captured frame).
 
 Who may watch is declared with each route and checked by the one wrapper
 (daemon.transports.routes: Caller.admit, the rule of every data route of the port): nothing
@@ -14,6 +15,8 @@ the codes' own (daemon.errors.CODES).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -24,8 +27,14 @@ from daemon.screen.stream import StreamHub, parse_params
 from daemon.transports.routes import Route, data
 
 
-def routes(hub: StreamHub, auth: Auth, running: Running) -> list[Route]:
-    """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
+def routes(
+    hub: StreamHub,
+    auth: Auth,
+    running: Running,
+    screen: Callable[[], dict[str, Any]] | None = None,
+) -> list[Route]:
+    """GET /api/stream, /api/snapshot and /api/live (viewers, the running invocations and,
+    given `screen`, where the streamed screen sits in the captured frame)."""
 
     async def stream(request: web.Request, caller: Caller) -> web.StreamResponse:
         params = parse_params(request.query, hub.config)
@@ -50,7 +59,10 @@ def routes(hub: StreamHub, auth: Auth, running: Running) -> list[Route]:
         )
 
     async def live(request: web.Request, caller: Caller) -> web.Response:
-        return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
+        body = {"stream": hub.metrics(), "running": running.snapshot()}
+        if screen is not None:
+            body["screen"] = screen()
+        return web.json_response(body)
 
     return [
         Route("GET", "/api/stream", stream, data("stream", private=True, query_token=True)),

@@ -149,3 +149,26 @@ def test_the_driving_badge_shows_another_callers_invocation(
         worker.join()
     expect(badge).to_be_hidden(timeout=10000)
     page.close()
+
+
+def test_the_live_view_is_the_screen_inside_an_hdmi_frame(
+    make_daemon: Callable[..., DaemonProcess], browser: Browser
+) -> None:
+    """With the simulated target's picture inside an HDMI frame (bars, overscan) and Android's
+    touchscreen spanning the whole frame, the live view shows the screen without the bars, a
+    click lands where it was clicked, and the page says where the screen sits."""
+    backend = {"kind": "simulated", "sim_hdmi": True, "sim_overscan": 0.03}
+    d = make_daemon({**FAST_INPUT, "device": {"device_type": "Android"}, "backend": backend})
+    page = open_lab(d, browser)
+    _, _, w, h = d.sim_state()["hdmi"]
+    size = page.evaluate("() => [$('screen').naturalWidth, $('screen').naturalHeight]")
+    assert abs(size[0] - w) <= 1 and abs(size[1] - h) <= 1, (size, (w, h))
+    expect(page.locator("#geometry")).to_contain_text("portrait · detected", timeout=20000)
+    expect(page.locator("#geometry")).to_contain_text("of the 1920×1080 frame")
+
+    tx, ty = tile_point(d, "Settings")
+    click_on_screen(page, (tx, ty))
+    until(lambda: d.sim_state()["app"] == "Settings")
+    pointer = d.sim_state()["pointer"]
+    assert abs(pointer["x"] - tx) <= 6 and abs(pointer["y"] - ty) <= 6, (pointer, (tx, ty))
+    page.close()

@@ -93,7 +93,11 @@ def test_the_screen_defaults_are_stated_once_and_cited_by_the_schemas(tmp_path: 
         props = catalog.args_schema(catalog.get(tool))["properties"]
         return {k: v["default"] for k, v in props.items() if "default" in v}
 
-    assert defaults("screenshot") == {"quality": SHOT.quality, "format": SHOT.fmt}
+    assert defaults("screenshot") == {
+        "quality": SHOT.quality,
+        "format": SHOT.fmt,
+        "area": SHOT.area,
+    }
     assert ShotOptions.from_args(format="png", quality=SHOT.quality) == ShotOptions(fmt="png")
     assert StableOptions(**defaults("wait_for_stable_screen")) == STABLE
 

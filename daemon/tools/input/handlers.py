@@ -73,10 +73,9 @@ class InputTools:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self.engine = engine = rt.engine
+        self.engine = rt.engine
         self.cfg = rt.config.input
         self.platform = rt.platform
-        self.pointer = engine.pointer
         self.screen = rt.screen
         self.layout = rt.config.device.layout
         self._size: tuple[int, int] | None = None  # last capture size seen
@@ -84,6 +83,11 @@ class InputTools:
         self.stability = StableOptions(
             timeout_ms=self.cfg.evidence_timeout_ms, stable_ms=self.cfg.evidence_stable_ms
         )
+
+    @property
+    def pointer(self) -> prog.Pointer:
+        """The engine's pointer with the screen geometry's HID map of this moment."""
+        return self.engine.pointer
 
     # -- shared steps ---------------------------------------------------------------------------
 
@@ -94,10 +98,14 @@ class InputTools:
         return frame
 
     async def capture_size(self) -> tuple[int, int]:
-        """The capture resolution pixel coordinates map through (the last frame's size)."""
+        """The size pixel coordinates count in: the target's screen (what screenshots show),
+        from the screen geometry, else the last frame's size."""
+        geometry = self.rt.geometry.current
+        if geometry is not None:
+            return geometry.rect.w, geometry.rect.h
         if self._size is None:
             try:
-                frame = await self.rt.backend.frames.frame(timeout=self.screen.frame_timeout_s)
+                frame = await self.screen.source.frame(timeout=self.screen.frame_timeout_s)
             except ToolError as e:
                 raise ToolError(
                     "capture_unavailable",

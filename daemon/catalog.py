@@ -24,7 +24,7 @@ import structlog
 
 from daemon import evidence
 from daemon.errors import ToolError
-from daemon.invocations import Running
+from daemon.invocations import Running, token_revoked
 from daemon.wire import WireError, check, encoder, loads
 
 log = structlog.get_logger("daemon.catalog")
@@ -534,6 +534,7 @@ class Catalog:
         tool_timeout_s: float = 60.0,
         hid_timeout_s: float = 300.0,
         max_pending_hid: int = 32,
+        running: Running | None = None,
     ):
         self.platform = platform
         self.tool_timeout_s = tool_timeout_s
@@ -544,7 +545,8 @@ class Catalog:
         self._detached: set[asyncio.Task[Any]] = set()
         # Told of every finished invocation; each must be cheap and never block (hand off).
         self.observers: list[Callable[[Invocation], None]] = []
-        self.running = Running()  # what executes now (the Tool Lab's "driving" badge)
+        # What is admitted and runs now (the calls' budget, the Tool Lab's "driving" badge).
+        self.running = running or Running()
         for spec in specs:
             self.register(spec)
 
@@ -716,7 +718,9 @@ class Catalog:
         error: ToolError | None = None
         shot: dict[str, Outcome] = {}
         token = evidence.noted.set(ctx.evidence)
+        admitted = None
         try:
+            admitted = self.running.admit(ctx.client, ctx.token_id)  # counted (invocations)
             spec = self.lookup(name, caller)
             caller.check_token(name, spec.policy, spec.private)
             args = self._arguments(spec, args, caller)
@@ -738,6 +742,7 @@ class Catalog:
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
         finally:
             evidence.noted.reset(token)
+            self.running.dismiss(admitted)
         code = error.code if error else None
         taken = shot.get(EVIDENCE_TOOL) if error is None else None
         tree = shot.get(TREE_TOOL) if error is None else None
@@ -878,11 +883,13 @@ class Catalog:
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         ctx.ran = True  # the tool runs: what it was asked is kept (bounded), not only its size
-        running = self.running.enter(spec.name, ctx.transport, ctx.client)
+        running = self.running.enter(spec.name, ctx.transport, ctx.client, ctx.token_id)
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit) as running.limit:
                 return await (run() if run is not None else spec.handler(args, ctx))
         except TimeoutError:
+            if running.revoked:  # cut by Running.revoke
+                raise token_revoked(spec.name) from None
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None

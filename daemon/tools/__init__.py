@@ -4,6 +4,7 @@ all — the one place a tool module is registered."""
 from __future__ import annotations
 
 from daemon.catalog import Catalog
+from daemon.invocations import Budget, Running
 from daemon.runtime import Runtime
 
 
@@ -16,7 +17,9 @@ def build_catalog(rt: Runtime) -> Catalog:
         tool_timeout_s=cfg.tool_timeout_s,
         hid_timeout_s=cfg.hid_timeout_s,
         max_pending_hid=cfg.max_pending_hid,
+        running=Running(Budget(cfg.max_calls, cfg.max_client_calls)),
     )
+    rt.auth.on_revoke(catalog.running.revoke)  # a rotated token's queued calls never start
     for module in (system, shell, screen, input, text):
         for spec in module.tools(rt):
             catalog.register(spec)

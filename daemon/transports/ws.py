@@ -8,7 +8,10 @@ Sessions: the upgrade is refused (401) unless it carries a pairing or client tok
 (`Authorization: Bearer TOKEN`; never in the URL, where proxies and logs keep it); the token's
 maxToolPolicy lowers the [guard].ws preset for the whole session, which ends (1008) when that
 token is rotated. Requests on one socket run concurrently (a host may query while
-a call runs); calls from every host meet in the catalog, which serializes HID invocations.
+a call runs), at most [ws].max_inflight calls (a batch counts each of its calls, all taken
+before the first runs); calls from every host meet in the catalog, which admits them against
+its per-client and total budgets (daemon.invocations) and serializes HID invocations. A batch
+result is streamed as its items are produced once it is large (BatchOut).
 When a host goes away its running requests are cancelled, except HID invocations, which the
 catalog runs to their end.
 
@@ -248,11 +251,12 @@ class WsTransport:
     # -- requests -------------------------------------------------------------------------
 
     async def dispatch(
-        self, env: Envelope, session: WsSession
+        self, env: Envelope, session: WsSession, counted: int = 1
     ) -> tuple[str, dict[str, Any] | str | None, list[Transfer]]:
         """(response type, payload, transfers) for one request; ToolError becomes tool.error.
         A payload is a dict, its JSON text, or None when it has been sent already (a batch
-        result streamed as it was produced)."""
+        result streamed as it was produced). `counted`: the calls the session counted for it
+        as it came."""
         if env.type not in (QUERY, CALL, BATCH):
             raise ToolError(
                 "tool_protocol_unknown_type", f"unsupported tool protocol message type {env.type!r}"
@@ -280,7 +284,7 @@ class WsTransport:
             if not reply.ok:
                 return ERROR, reply.item["error"], []
             return RESULT, reply.item, reply.transfers
-        return await self.batch(payload, session, env)
+        return await self.batch(payload, session, env, counted)
 
     def parse_call(self, payload: dict[str, Any]) -> CallRequest:
         p = {k: v for k, v in payload.items() if v is not None}  # null members count as absent
@@ -399,7 +403,7 @@ class WsTransport:
         return out
 
     async def batch(
-        self, payload: Any, session: WsSession, env: Envelope
+        self, payload: Any, session: WsSession, env: Envelope, counted: int = 1
     ) -> tuple[str, str | None, list[Transfer]]:
         """Run a batch's calls in order. It counts as its number of calls, on this connection
         ([ws].max_inflight) and in the catalog's budget, all taken before the first runs; its
@@ -419,7 +423,10 @@ class WsTransport:
                 details={"requested": len(calls), "max": MAX_BATCH},
             )
         budget = self.catalog.running.budget
-        with session.calls(len(calls)), budget.reserve(client_of(session.remote), len(calls)):
+        with (
+            session.calls(len(calls) - counted),
+            budget.reserve(client_of(session.remote), len(calls)),
+        ):
             out = BatchOut(session, env, len(calls))
             try:
                 for index, call in enumerate(calls):
@@ -515,6 +522,16 @@ class BatchOut:
             self.session.send_lock.release()
 
 
+def calls_in(env: Envelope) -> int:
+    """The calls a request carries, as far as its envelope shows: a batch's (1..MAX_BATCH, its
+    size checked later), else one (a query counts as one; a wrapped batch's are known and
+    counted once unwrapped)."""
+    payload = env.payload
+    if env.type == BATCH and isinstance(payload, dict) and isinstance(payload.get("calls"), list):
+        return min(max(len(payload["calls"]), 1), MAX_BATCH)
+    return 1
+
+
 class WsSession:
     """One host's socket: reads envelopes, runs requests as tasks, writes responses."""
 
@@ -541,10 +558,10 @@ class WsSession:
         self._protocol = request.protocol if request is not None else None
 
     @contextlib.contextmanager
-    def calls(self, count: int) -> Iterator[None]:
-        """A request of `count` calls (its first one was counted as it came), for its length;
-        refused whole (tool_protocol_busy) past [ws].max_inflight."""
-        more = count - 1
+    def calls(self, more: int) -> Iterator[None]:
+        """`more` calls for a request than were counted as it came (a wrapped batch's, known
+        once unwrapped), for its length; refused (tool_protocol_busy) past [ws].max_inflight."""
+        more = max(more, 0)
         cap = self.transport.config.max_inflight
         if self.running_calls + more > cap:
             raise self.busy()
@@ -594,23 +611,26 @@ class WsSession:
         if env is None:
             return True  # another capability's message: not for us
         self.count += 1
-        if self.revoked:
-            return False  # closing (1008): nothing more runs for its token
-        if self.running_calls >= self.transport.config.max_inflight:
+        if self.revoked:  # closing (1008): nothing more runs for its token
+            refused = ToolError("token_revoked", "the token of this session was rotated")
+            await self.reply(env.id, env.session_id, ERROR, refused.to_dict())
+            return True
+        calls = calls_in(env)
+        if self.running_calls + calls > self.transport.config.max_inflight:
             await self.reply(env.id, env.session_id, ERROR, self.busy().to_dict())
             return True
-        self.running_calls += 1  # every request counts one; handle() gives it back
-        self.tasks.add(asyncio.create_task(self.handle(env)))  # handle() takes it out again
+        self.running_calls += calls  # counted as it comes; handle() gives them back
+        self.tasks.add(asyncio.create_task(self.handle(env, calls)))  # it takes itself out
         return True
 
-    async def handle(self, env: Envelope) -> None:
+    async def handle(self, env: Envelope, calls: int = 1) -> None:
         """One request in its task of its own. The task leaves `tasks` as handle() ends, not
         in a done callback, whose scheduling costs every request one more loop iteration."""
         try:
             transfers: list[Transfer] = []
             payload: dict[str, Any] | str | None
             try:
-                kind, payload, transfers = await self.transport.dispatch(env, self)
+                kind, payload, transfers = await self.transport.dispatch(env, self, calls)
             except ConnectionError:
                 return  # the host went while its reply was being streamed
             except ToolError as exc:
@@ -625,7 +645,7 @@ class WsSession:
                 for transfer in transfers:  # announced by the reply: they follow it
                     await self.send_transfer(transfer)
         finally:
-            self.running_calls -= 1
+            self.running_calls -= calls
             task = asyncio.current_task()
             if task is not None:
                 self.tasks.discard(task)

@@ -91,6 +91,7 @@ class Drag:
     start: Point
     at: Point
     expires: float  # monotonic
+    token_id: str = ""  # the token of the call that began it (a rotation ends it early)
 
 
 class HidInvocation:
@@ -195,7 +196,9 @@ class HidInvocation:
         """drag_start confirmed: the contact outlives this invocation, for `drag_limit_s`."""
         self._keep_contact = True
         engine = self.engine
-        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s))
+        ticket = invocations.current.get()
+        token_id = ticket.token_id if ticket is not None else ""
+        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s, token_id))
 
     async def finish(self) -> None:
         """Release whatever may be held and restore `full`; idempotent. The invocation's end
@@ -476,6 +479,13 @@ class InputEngine:
         if self._drag_timer is not None:
             self._drag_timer.cancel()
             self._drag_timer = None
+
+    def revoke(self, token_id: str) -> None:
+        """`token_id` was revoked: a drag its call began is undone now, not at its limit."""
+        drag, timer = self.drag, self._drag_timer
+        if drag is not None and timer is not None and token_id and drag.token_id == token_id:
+            timer.cancel()  # (no timer: its undo already runs)
+            self._expire()
 
     def _expire(self) -> None:
         self._drag_timer = None

@@ -20,6 +20,7 @@ def build_catalog(rt: Runtime) -> Catalog:
         running=Running(Budget(cfg.max_calls, cfg.max_client_calls)),
     )
     rt.auth.on_revoke(catalog.running.revoke)  # a rotated token's queued calls never start
+    rt.auth.on_revoke(rt.engine.revoke)  # and a drag it holds is undone
     for module in (system, shell, screen, input, text):
         for spec in module.tools(rt):
             catalog.register(spec)

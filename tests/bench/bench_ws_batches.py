@@ -6,7 +6,8 @@ The figure is the peak of the daemon's process tree (the daemon and its children
 RSS summed, PSS summed; sampled every 10 ms), and what it holds 5 s after the last reply.
 
 Baseline, in the same run and the same daemon: the same 32 x 32 screenshots asked one call
-at a time (the least any client can make the daemon hold for that work).
+at a time (the least any client can make the daemon hold for that work). Then the attack
+again from four sockets of the same host at once.
 
 The simulated target renders 1080x1920 frames (a phone), where the board's capture would be.
 Run: .venv/bin/python tests/bench/bench_ws_batches.py
@@ -71,19 +72,24 @@ async def attack(ws: aiohttp.ClientWebSocketResponse) -> dict[str, int]:
     return await replies(ws, BATCHES)
 
 
-async def measure(d: DaemonProcess, name: str, work: Any) -> None:
+async def measure(d: DaemonProcess, name: str, work: Any, sockets: int = 1) -> None:
+    """`work` on `sockets` sockets at once (each does all of it); the tree's figures."""
     assert d.proc is not None
     url = f"{d.base}/api/ws"
     auth = {"Authorization": f"Bearer {d.token}"}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(url, headers=auth, max_msg_size=0) as ws,
-    ):
+    async with aiohttp.ClientSession() as session:
+        wss = [await session.ws_connect(url, headers=auth, max_msg_size=0) for _ in range(sockets)]
         before = in_all(d.proc.pid)
         started = time.monotonic()
         with PeakSampler(d.proc.pid) as peak:
-            kinds = await work(ws)
+            done = await asyncio.gather(*(work(ws) for ws in wss))
         took = time.monotonic() - started
+        for ws in wss:
+            await ws.close()
+    kinds: dict[str, int] = {}
+    for one in done:
+        for k, v in one.items():
+            kinds[k] = kinds.get(k, 0) + v
     await asyncio.sleep(5)
     after = in_all(d.proc.pid)
     print(
@@ -106,6 +112,7 @@ async def main() -> None:
             await measure(d, "warm-up (3 x 32 single calls)", _warm)
             await measure(d, f"baseline: {BATCHES * CALLS} single calls", singles)
             await measure(d, f"attack: {BATCHES} batches x {CALLS}", attack)
+            await measure(d, f"attack on 4 sockets: 4 x {BATCHES} x {CALLS}", attack, 4)
         finally:
             d.stop()
 

@@ -16,10 +16,12 @@ import aiohttp
 import pytest
 
 from tests.service.daemonproc import DaemonProcess, eventually
+from tests.service.test_input_tools import start, tile
 from tests.service.test_ipc_cli import NOBODY, cli
 
 Make = Callable[..., DaemonProcess]
 READER, ADMIN = "r" * 24, "a" * 24
+FILES = tile("ios", "Files")  # an app whose list a drag moves
 NO_CHECK = aiohttp.TCPConnector  # made per session: ssl=False (the certificate: test_tls.py)
 
 
@@ -310,3 +312,22 @@ async def test_rotation_stops_the_old_tokens_queued_calls(make_daemon: Make) -> 
     # The new token drives the target at once: the flow was let go.
     status, body = await call(d.base, "touch_gesture", d.token, {**press, "duration_ms": 100})
     assert status == 200 and body["is_error"] is False, body
+
+
+async def test_rotation_undoes_the_old_tokens_drag(make_daemon: Make) -> None:
+    """A confirmed drag outlives its call on purpose, for [input].drag_limit_s (60 s): one the
+    old token began is undone when the token is rotated, not a minute later."""
+    d = start(make_daemon)
+    old = d.token
+    status, body = await call(d.base, "touch_gesture", old, {"type": "tap", "point": FILES})
+    assert status == 200 and body["is_error"] is False, body
+    status, body = await call(d.base, "drag_start", old, {"point": {"x": 300, "y": 500}})
+    assert status == 200 and json.loads(body["output"])["screen_stable"] is True, body
+    assert held(d.sim_state()) == ["left"]
+    reply, _ = await asyncio.to_thread(cli, d.tmp / "ipc.sock", "token", "rotate")
+    assert reply["type"] == "complete", reply
+    await eventually(lambda: held(d.sim_state()) == [], "the drag undone", timeout=20)
+    undone = await eventually(
+        lambda: [e for e in d.log_events() if e.get("event") == "drag_expired"], "drag_expired"
+    )
+    assert len(undone) == 1

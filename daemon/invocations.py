@@ -15,6 +15,11 @@ Bounds (issue 44), counted in calls, whatever carries them: every call is admitt
 per-client and a total budget before it runs, and gives its place back when it ends. A request
 that carries several calls (a WebSocket tool.batch) reserves all of them first (`reserve`); the
 catalog's calls inside it then draw on that reservation, not on the budgets again.
+
+Revocation (daemon.auth's rotate): every call carries its Ticket (the context variable
+`current`, inherited by a HID call's own task); `Running.revoke` cuts a revoked token's calls
+through their own asyncio timeout, except one that holds the HID flow, which the engine lets
+end its current program and then stops (daemon.engine.flow).
 """
 
 from __future__ import annotations

@@ -720,8 +720,8 @@ class Catalog:
         token = evidence.noted.set(ctx.evidence)
         admitted = None
         try:
-            admitted = self.running.admit(ctx.client, ctx.token_id)  # counted (invocations)
             spec = self.lookup(name, caller)
+            admitted = self.running.admit(ctx.client, ctx.token_id)  # counted (invocations)
             caller.check_token(name, spec.policy, spec.private)
             args = self._arguments(spec, args, caller)
             result = await self._checked_call(spec, args, caller.effective, ctx, after, shot)

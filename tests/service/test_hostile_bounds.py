@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from daemon.transports import ws_codec
 from tests.service.daemonproc import DaemonProcess
+from tests.service.test_ipc_cli import cli
 
 # What any shape of requests may add to the daemon's peak over its warm state. The limits
 # admit at most 32 calls from one host at once (a batch counts each call); a streamed batch
@@ -185,3 +186,54 @@ def test_any_request_shape_is_bounded(phone: DaemonProcess) -> None:
         assert grown < PEAK_BOUND_MIB, f"the daemon's peak grew {grown:.0f} MiB: {replies}"
 
     run()
+
+
+def test_every_transport_counts_calls_against_one_budget(make_daemon: Any) -> None:
+    """HTTP, MCP and the IPC socket are admitted by the same budget as the WebSocket: two calls
+    for one client and three in all here; a third from the same host, whichever way it comes,
+    is refused (retryable) while they run, a fourth from another client past the total too,
+    and both are served once the calls have ended."""
+    d = make_daemon({"server": {"max_client_calls": 2, "max_calls": 3}})
+    slow = {"command": "sleep 3"}
+
+    async def http(tool: str, args: Any) -> dict[str, Any]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{d.base}/api/tools/{tool}", json={"input": args}) as r,
+        ):
+            return dict(await r.json())
+
+    async def mcp(tool: str, args: Any) -> dict[str, Any]:
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        rpc["params"] = {"name": tool, "arguments": args}
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{d.base}/mcp", json=rpc, headers=headers) as r,
+        ):
+            reply = await r.json()
+            assert "result" in reply, reply
+            return dict(reply["result"])
+
+    async def scenario() -> None:
+        running = [asyncio.create_task(http("shell", slow)) for _ in range(2)]
+        await asyncio.sleep(1)  # both admitted (each sleeps 3 s)
+        refused = await http("health_check", {})
+        assert refused["error"]["code"] == "too_many_calls", refused
+        assert refused["error"]["retryable"] is True
+        assert refused["error"]["details"] == {"max_client_calls": 2}
+        over_mcp = await mcp("health_check", {})
+        assert over_mcp["isError"] is True and "too_many_calls" in json.dumps(over_mcp)
+        # The IPC socket's client is its uid: admitted beside the host's two, up to the total.
+        sock = d.tmp / "ipc.sock"
+        third = asyncio.create_task(
+            asyncio.to_thread(cli, sock, "call", "shell", stdin=json.dumps(slow).encode())
+        )
+        await asyncio.sleep(1)
+        full, _ = await asyncio.to_thread(cli, sock, "call", "health_check", stdin=b"{}")
+        assert "too_many_calls" in json.dumps(full) and "max_calls" in json.dumps(full), full
+        assert (await third)[0]["type"] == "complete"
+        assert [r["is_error"] for r in await asyncio.gather(*running)] == [False, False]
+        assert (await http("health_check", {}))["is_error"] is False  # places given back
+
+    asyncio.run(scenario())

@@ -76,6 +76,8 @@ class Auth:
         # Connections that outlive a request (a WebSocket, a stream), by the token that let them
         # in: a rotation closes those of the old token.
         self._bound: dict[str, set[Callable[[], object]]] = {}
+        # Told the id of a token that is no longer valid (the catalog cuts its queued calls).
+        self._on_revoke: list[Callable[[str], object]] = []
         self._rotating = asyncio.Lock()
         port = config.server.port
         names = {"localhost", "127.0.0.1", "[::1]", "::1"}
@@ -134,9 +136,15 @@ class Auth:
         bound.add(close)
         return lambda: bound.discard(close)
 
+    def on_revoke(self, revoked: Callable[[str], object]) -> None:
+        """Have `revoked(token_id)` called, before `rotate` returns, whenever a token stops
+        being valid."""
+        self._on_revoke.append(revoked)
+
     async def rotate(self) -> tuple[str, int]:
         """A new pairing token, in effect at once: the old one is refused from the next
-        request on and the connections it let in are closed. (new token, connections closed)."""
+        request on, its calls that have not started driving the target never will, and the
+        connections it let in are closed. (new token, connections closed)."""
         path = self.token_file
         if path is None:
             raise ToolError(
@@ -153,6 +161,8 @@ class Auth:
                 ) from None
             self._tokens[0] = (token, None)
             self.rotated_at = time.time()
+        for revoked in self._on_revoke:  # its queued calls first: none may start from here on
+            revoked("pairing")
         closing = self._bound.pop("pairing", set())
         for close in closing:
             close()

@@ -115,6 +115,18 @@ class ServerConfig:
         "HID invocations accepted and not yet ended, from all clients together (those of "
         "clients that left included); one more is refused, hid_busy (retryable)",
     )
+    max_calls: int = _key(
+        64,
+        _int(1, 4096),
+        "tool calls admitted and not yet ended, from all clients and transports together (a "
+        "WebSocket batch counts each of its calls); one more is refused, too_many_calls "
+        "(retryable)",
+    )
+    max_client_calls: int = _key(
+        32,
+        _int(1, 4096),
+        "the same for one client (one peer address; on the IPC socket one uid)",
+    )
     shutdown_grace_s: float = _key(10.0, _num(0, 300), "wait for HID invocations at SIGTERM")
     header_timeout_s: float = _key(
         15.0,
@@ -179,7 +191,9 @@ class WsConfig:
         1 << 20, _int(0, 1 << 30), "screenshots this large go as ASFT binary frames by default"
     )
     chunk_bytes: int = _key(65536, _int(1024, 524288), "default ASFT chunk size")
-    max_inflight: int = _key(32, _int(1, 1024), "requests one connection may have running")
+    max_inflight: int = _key(
+        32, _int(1, 1024), "calls one connection may have running (a batch counts each call)"
+    )
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,11 @@ CODES: dict[str, Code] = {
     # The catalog refuses it before the tool runs, but a tools API call has always answered it
     # in a 200, as it answers a tool's own "busy".
     "hid_busy": _tool("too many HID invocations are accepted and not yet ended", retry=True),
+    # Per client and in total, counted in calls (a WebSocket batch counts each of its calls).
+    "too_many_calls": _tool("too many calls admitted and not yet ended", retry=True),
+    "token_revoked": _tool("the call's token was rotated or revoked before the call started"),
+    "calibration_unavailable": _tool("the pointer shows no cursor, or there is no geometry"),
+    "cursor_not_found": _tool("calibration found no cursor in the frame", retry=True),
     "hid_write_timeout": _tool("the target did not accept HID reports in time", retry=True),
     "hid_io_failed": _tool("writing a HID report failed"),
     "input_engine_stopped": _tool("the daemon is stopping: no more HID input", retry=True),

@@ -32,7 +32,7 @@ from daemon.catalog.model import (
 )
 from daemon.catalog.schemas import schema_errors, sha256_revision, validation_error, with_defaults
 from daemon.errors import ToolError
-from daemon.invocations import Running
+from daemon.invocations import Running, token_revoked
 from daemon.wire import WireError, check, encoder, loads
 
 log = structlog.get_logger("daemon.catalog")
@@ -67,6 +67,7 @@ class Catalog:
         tool_timeout_s: float = 60.0,
         hid_timeout_s: float = 300.0,
         max_pending_hid: int = 32,
+        running: Running | None = None,
     ):
         self.platform = platform
         self.tool_timeout_s = tool_timeout_s
@@ -77,7 +78,8 @@ class Catalog:
         self._detached: set[asyncio.Task[Any]] = set()
         # Told of every finished invocation; each must be cheap and never block (hand off).
         self.observers: list[Callable[[Invocation], None]] = []
-        self.running = Running()  # what executes now (the Tool Lab's "driving" badge)
+        # What is admitted and runs now (the calls' budget, the Tool Lab's "driving" badge).
+        self.running = running or Running()
         for spec in specs:
             self.register(spec)
 
@@ -248,8 +250,10 @@ class Catalog:
         error: ToolError | None = None
         shot: dict[str, Outcome] = {}
         token = evidence.noted.set(ctx.evidence)
+        admitted = None
         try:
             spec = self.lookup(name, caller)
+            admitted = self.running.admit(ctx.client, ctx.token_id)  # counted (invocations)
             caller.check_token(name, spec.policy, spec.private)
             args = self._arguments(spec, args, caller)
             result = await self._checked_call(spec, args, caller.effective, ctx, after, shot)
@@ -268,6 +272,7 @@ class Catalog:
             error = ToolError("tool_execution_exception", f"{name} failed unexpectedly: {exc!r}")
         finally:
             evidence.noted.reset(token)
+            self.running.dismiss(admitted)
         code = error.code if error else None
         taken = shot.get(EVIDENCE_TOOL) if error is None else None
         tree = shot.get(TREE_TOOL) if error is None else None
@@ -418,11 +423,13 @@ class Catalog:
         run: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         ctx.ran = True  # the tool runs: what it was asked is kept (bounded), not only its size
-        running = self.running.enter(spec.name, ctx.transport, ctx.client)
+        running = self.running.enter(spec.name, ctx.transport, ctx.client, ctx.token_id)
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit) as running.limit:
                 return await (run() if run is not None else spec.handler(args, ctx))
         except TimeoutError:
+            if running.revoked:  # cut by Running.revoke
+                raise token_revoked(spec.name) from None
             raise ToolError(
                 "tool_timeout", f"{spec.name} did not finish within {limit:g} s", retryable=True
             ) from None

@@ -12,6 +12,9 @@ A HidInvocation is one invocation's scope:
   cancellation. The only thing that outlives an invocation on purpose is a confirmed drag
   (drag_start with a stable screen), and that is undone after `drag_limit_s` if no drag_release
   comes.
+- A call whose token is revoked while it waits for the flow never gets it (the catalog cuts
+  it, and the flow checks again as it is let in); one that holds the flow plays its current
+  program to the end, starts no other (token_revoked), and ends as any invocation does.
 - The engine is the one place that knows what is held (executor.Held) and releases it (one
   release program, [input].release_repeats / release_interval_ms): at an invocation's end,
   before a profile switch, at a start that inherits the host's state (release_everything) and
@@ -30,7 +33,7 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
-from daemon import evidence
+from daemon import evidence, invocations
 from daemon.backends import ROLES, HidOutput, ProfileControl
 from daemon.config import InputConfig
 from daemon.engine import program as prog
@@ -90,6 +93,7 @@ class Drag:
     start: Point
     at: Point
     expires: float  # monotonic
+    token_id: str = ""  # the token of the call that began it (a rotation ends it early)
 
 
 class HidInvocation:
@@ -112,6 +116,9 @@ class HidInvocation:
             raise RuntimeError("session already finished")
         if not program:
             return
+        ticket = invocations.current.get()
+        if ticket is not None and ticket.revoked:  # its token was rotated: no next gesture
+            raise invocations.token_revoked(self.tool)
         prog.checked(program)  # the bounds, whoever built it: refused before its first report
         want = required_profile(program, self.engine.isolates)
         if want is not None:
@@ -191,7 +198,9 @@ class HidInvocation:
         """drag_start confirmed: the contact outlives this invocation, for `drag_limit_s`."""
         self._keep_contact = True
         engine = self.engine
-        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s))
+        ticket = invocations.current.get()
+        token_id = ticket.token_id if ticket is not None else ""
+        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s, token_id))
 
     async def finish(self) -> None:
         """Release whatever may be held and restore `full`; idempotent. The invocation's end
@@ -259,6 +268,11 @@ class InputEngine:
         self._check_open()
         async with self._flow:
             self._check_open()
+            ticket = invocations.current.get()
+            if ticket is not None:  # the call this is; its token may have gone meanwhile
+                if ticket.revoked:
+                    raise invocations.token_revoked(tool)
+                ticket.driving = True  # from now on a revocation lets its gesture end
             self._check_drag(tool, drag)
             session = HidInvocation(self, tool)
             try:
@@ -482,12 +496,20 @@ class InputEngine:
             self._drag_timer.cancel()
             self._drag_timer = None
 
+    def revoke(self, token_id: str) -> None:
+        """`token_id` was revoked: a drag its call began is undone now, not at its limit."""
+        drag, timer = self.drag, self._drag_timer
+        if drag is not None and timer is not None and token_id and drag.token_id == token_id:
+            timer.cancel()  # (no timer: its undo already runs)
+            self._expire()
+
     def _expire(self) -> None:
         self._drag_timer = None
         self._drag_expiry = asyncio.create_task(self._undo_drag())
 
     async def _undo_drag(self) -> None:
         """The drag limit passed: move back to the start and lift, as an invocation of its own."""
+        invocations.current.set(None)  # the engine's own, whoever's call began the drag
         try:
             async with self.invocation("drag_limit", drag="release") as s:
                 d = self.drag

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from daemon.catalog import Catalog
 from daemon.config import Config
+from daemon.invocations import Budget, Running
 from daemon.runtime import Runtime
 
 
@@ -17,12 +18,15 @@ def new_catalog(config: Config) -> Catalog:
         tool_timeout_s=cfg.tool_timeout_s,
         hid_timeout_s=cfg.hid_timeout_s,
         max_pending_hid=cfg.max_pending_hid,
+        running=Running(Budget(cfg.max_calls, cfg.max_client_calls)),
     )
 
 
 def register_tools(catalog: Catalog, rt: Runtime) -> None:
     from daemon.tools import calibration, input, screen, shell, system, text
 
+    rt.auth.on_revoke(catalog.running.revoke)  # a rotated token's queued calls never start
+    rt.auth.on_revoke(rt.engine.revoke)  # and a drag it holds is undone
     for module in (system, shell, screen, input, text, calibration):
         for spec in module.tools(rt):
             catalog.register(spec)

@@ -8,7 +8,10 @@ Sessions: the upgrade is refused (401) unless it carries a pairing or client tok
 (`Authorization: Bearer TOKEN`; never in the URL, where proxies and logs keep it); the token's
 maxToolPolicy lowers the [guard].ws preset for the whole session, which ends (1008) when that
 token is rotated. Requests on one socket run concurrently (a host may query while
-a call runs); calls from every host meet in the catalog, which serializes HID invocations.
+a call runs), at most [ws].max_inflight calls (a batch counts each of its calls, all taken
+before the first runs); calls from every host meet in the catalog, which admits them against
+its per-client and total budgets (daemon.invocations) and serializes HID invocations. A batch
+result is streamed as its items are produced once it is large (BatchOut).
 When a host goes away its running requests are cancelled, except HID invocations, which the
 catalog runs to their end.
 
@@ -21,8 +24,10 @@ Everything else is answered with tool.error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +49,7 @@ from daemon.catalog import (
 )
 from daemon.config import WsConfig
 from daemon.errors import ToolError
+from daemon.invocations import client_of
 from daemon.transports import ws_catalog
 from daemon.transports.ws_codec import (
     BATCH,
@@ -55,18 +61,26 @@ from daemon.transports.ws_codec import (
     DELIVERY_BINARY,
     DELIVERY_INLINE,
     ERROR,
+    OP_CONTINUATION,
+    OP_TEXT,
     QUERY,
     RESULT,
+    STREAM_MIN_CHARS,
     WRAPPER_KEY,
     Envelope,
     FrameViolation,
     InvalidEnvelope,
     artifact_size,
     asft_frames,
+    batch_close,
+    batch_open,
+    batch_whole,
     decode_envelope,
     detach_artifact,
     dumps,
     encode_envelope,
+    envelope_head,
+    frame_header,
     is_artifact,
     may_wrap,
     response_ids,
@@ -176,7 +190,9 @@ class WsTransport:
         return [web.get(PATH, self.handle)]
 
     def _token_rotated(self, session: WsSession) -> None:
-        """The token that let this host in was rotated: its session ends (1008)."""
+        """The token that let this host in was rotated: its session takes nothing more and
+        ends (1008); the catalog has cut its calls that were not yet driving the target."""
+        session.revoked = True
         task = asyncio.create_task(
             session.close(WSCloseCode.POLICY_VIOLATION, "the token was rotated")
         )
@@ -214,7 +230,7 @@ class WsTransport:
                 error_body(error), status=426, headers={"Upgrade": "websocket"}
             )
         await ws.prepare(request)
-        session = WsSession(self, ws, caller)
+        session = WsSession(self, ws, caller, request)
         self.sessions.add(session)
         unbind = self.auth.bind(caller.token_id, lambda: self._token_rotated(session))
         log.info("ws_connected", remote=session.remote, max_policy=session.guard.max_policy)
@@ -235,9 +251,12 @@ class WsTransport:
     # -- requests -------------------------------------------------------------------------
 
     async def dispatch(
-        self, env: Envelope, session: WsSession
-    ) -> tuple[str, dict[str, Any], list[Transfer]]:
-        """(response type, payload, transfers) for one request; ToolError becomes tool.error."""
+        self, env: Envelope, session: WsSession, counted: int = 1
+    ) -> tuple[str, dict[str, Any] | str | None, list[Transfer]]:
+        """(response type, payload, transfers) for one request; ToolError becomes tool.error.
+        A payload is a dict, its JSON text, or None when it has been sent already (a batch
+        result streamed as it was produced). `counted`: the calls the session counted for it
+        as it came."""
         if env.type not in (QUERY, CALL, BATCH):
             raise ToolError(
                 "tool_protocol_unknown_type", f"unsupported tool protocol message type {env.type!r}"
@@ -265,7 +284,7 @@ class WsTransport:
             if not reply.ok:
                 return ERROR, reply.item["error"], []
             return RESULT, reply.item, reply.transfers
-        return await self.batch(payload, session, env.size)
+        return await self.batch(payload, session, env, counted)
 
     def parse_call(self, payload: dict[str, Any]) -> CallRequest:
         p = {k: v for k, v in payload.items() if v is not None}  # null members count as absent
@@ -384,8 +403,11 @@ class WsTransport:
         return out
 
     async def batch(
-        self, payload: Any, session: WsSession, size: int | None = None
-    ) -> tuple[str, dict[str, Any], list[Transfer]]:
+        self, payload: Any, session: WsSession, env: Envelope, counted: int = 1
+    ) -> tuple[str, str | None, list[Transfer]]:
+        """Run a batch's calls in order. It counts as its number of calls, on this connection
+        ([ws].max_inflight) and in the catalog's budget, all taken before the first runs; its
+        result is built whole while small, and sent as produced once large (BatchOut)."""
         if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
             raise ToolError(
                 "tool_batch_payload_invalid", "tool.batch payload needs a 'calls' array"
@@ -400,39 +422,126 @@ class WsTransport:
                 f"a batch has 1 to {MAX_BATCH} calls, not {len(calls)}",
                 details={"requested": len(calls), "max": MAX_BATCH},
             )
-        results: list[dict[str, Any]] = []
-        transfers: list[Transfer] = []
-        completed = 0
-        for index, call in enumerate(calls):
-            head: dict[str, Any] = {"index": index}
-            if not isinstance(call, dict):
-                error = ToolError(
-                    "tool_batch_call_invalid", "each batch call must be a JSON object"
-                )
-                reply = failure(None, error)
-            else:
-                if isinstance(call.get("callId"), str):
-                    head["callId"] = call["callId"]
-                reply = await self.call(call, session, size)
-                completed += 1
-                transfers += reply.transfers
-            results.append(head | reply.item)
-            if not reply.ok and not go_on:
-                break
-        body = {
-            "success": all(r["success"] for r in results),
-            "completed": completed,
-            "requested": len(calls),
-            "stoppedEarly": len(results) < len(calls),
-            "results": results,
-        }
-        return BATCH_RESULT, body, transfers
+        budget = self.catalog.running.budget
+        with (
+            session.calls(len(calls) - counted),
+            budget.reserve(client_of(session.remote), len(calls)),
+        ):
+            out = BatchOut(session, env, len(calls))
+            try:
+                for index, call in enumerate(calls):
+                    head: dict[str, Any] = {"index": index}
+                    if not isinstance(call, dict):
+                        error = ToolError(
+                            "tool_batch_call_invalid", "each batch call must be a JSON object"
+                        )
+                        reply = failure(None, error)
+                    else:
+                        if isinstance(call.get("callId"), str):
+                            head["callId"] = call["callId"]
+                        reply = await self.call(call, session, env.size)
+                        out.completed += 1
+                    await out.add(head | reply.item, reply.ok, reply.transfers)
+                    if not reply.ok and not go_on:
+                        break
+                return BATCH_RESULT, await out.end(), out.transfers
+            finally:
+                out.let_go()
+
+
+class BatchOut:
+    """A tool.batch.result as its items are produced. Each item is serialized as it comes (its
+    dict, base64 images and all, is dropped at once); while the items are under
+    STREAM_MIN_CHARS they are kept as text and the result is sent whole as usual (the wrapper
+    rule included). Past that, the message is begun and every later item is sent as a fragment
+    of it when it is produced: the session's sends wait for its end (fragments of two messages
+    cannot mix), and a streamed result is not wrapped (the wrapper is a "may")."""
+
+    def __init__(self, session: WsSession, env: Envelope, requested: int):
+        self.session = session
+        self.env = env
+        self.requested = requested
+        self.completed = 0
+        self.success = True
+        self.count = 0
+        self.transfers: list[Transfer] = []
+        self._items: list[str] = []
+        self._chars = 0
+        self._streaming = False
+        self._ended = False
+
+    async def add(self, item: dict[str, Any], ok: bool, transfers: list[Transfer]) -> None:
+        try:
+            text = dumps(item)
+        except (ValueError, TypeError) as exc:  # e.g. a NaN in a tool result: a bug, say so
+            log.error("ws_reply_not_json", type=BATCH_RESULT, error=repr(exc))
+            bad = ToolError("tool_execution_exception", f"the result is not JSON: {exc}")
+            head = {k: item[k] for k in ("index", "callId") if k in item}
+            text, ok = dumps(head | failure(item.get("toolId"), bad).item), False
+        self.success = self.success and ok
+        self.transfers += transfers
+        self.count += 1
+        if self._streaming:
+            await self.session.fragment("," + text)
+            return
+        self._items.append(text)
+        self._chars += len(text)
+        if self._chars >= STREAM_MIN_CHARS:
+            await self._begin()
+
+    async def _begin(self) -> None:
+        """Hold the session's sends and send the message so far: its head and the items."""
+        await self.session.send_lock.acquire()
+        self._streaming = True
+        message_id, reply_to = response_ids(self.env.id)
+        sent_at = iso_utc(time.time())
+        head = envelope_head(BATCH_RESULT, message_id, reply_to, self.env.session_id, sent_at)
+        text = head + batch_open(self.requested) + ",".join(self._items)
+        self._items = []
+        await self.session.fragment(text, first=True)
+
+    async def end(self) -> str | None:
+        """The whole payload's text; None when it was streamed (its last fragment sent here)."""
+        stopped = self.count < self.requested
+        if self._streaming:
+            await self.session.fragment(
+                batch_close(self.success, self.completed, stopped), fin=True
+            )
+            self._ended = True
+            return None
+        return batch_whole(self.success, self.completed, self.requested, self._items)
+
+    def let_go(self) -> None:
+        """The session's sends go on. A message cut mid-way (the host gone, the request
+        cancelled) cannot be finished, and nothing else may follow its fragments: the
+        connection is dropped."""
+        if self._streaming:
+            self._streaming = False
+            if not self._ended:
+                self.session.drop()
+            self.session.send_lock.release()
+
+
+def calls_in(env: Envelope) -> int:
+    """The calls a request carries, as far as its envelope shows: a batch's (1..MAX_BATCH, its
+    size checked later), else one (a query counts as one; a wrapped batch's are known and
+    counted once unwrapped)."""
+    payload = env.payload
+    if env.type == BATCH and isinstance(payload, dict) and isinstance(payload.get("calls"), list):
+        return min(max(len(payload["calls"]), 1), MAX_BATCH)
+    return 1
 
 
 class WsSession:
     """One host's socket: reads envelopes, runs requests as tasks, writes responses."""
 
-    def __init__(self, transport: WsTransport, ws: web.WebSocketResponse, caller: Caller):
+    def __init__(
+        self,
+        transport: WsTransport,
+        ws: web.WebSocketResponse,
+        caller: Caller,
+        request: web.BaseRequest | None = None,
+    ):
         self.transport = transport
         self.ws = ws
         self.caller = caller
@@ -441,7 +550,36 @@ class WsSession:
         self.tasks: set[asyncio.Task[None]] = set()
         self.send_lock = asyncio.Lock()
         self.count = 0
+        self.running_calls = 0  # what [ws].max_inflight bounds: a batch counts its calls
+        self.revoked = False  # its token was rotated: it takes no more requests
         self.closed_with: int | None = None  # the close code we sent, if we closed
+        # The connection under the WebSocket, for a message sent in fragments (BatchOut).
+        self._wire = request.transport if request is not None else None
+        self._protocol = request.protocol if request is not None else None
+
+    @contextlib.contextmanager
+    def calls(self, more: int) -> Iterator[None]:
+        """`more` calls for a request than were counted as it came (a wrapped batch's, known
+        once unwrapped), for its length; refused (tool_protocol_busy) past [ws].max_inflight."""
+        more = max(more, 0)
+        cap = self.transport.config.max_inflight
+        if self.running_calls + more > cap:
+            raise self.busy()
+        self.running_calls += more
+        try:
+            yield
+        finally:
+            self.running_calls -= more
+
+    def busy(self) -> ToolError:
+        cap = self.transport.config.max_inflight
+        return ToolError(
+            "tool_protocol_busy",
+            f"{self.running_calls} calls are already running on this connection, its limit "
+            f"([ws].max_inflight {cap}) counting each call of a batch",
+            retryable=True,
+            details={"max_inflight": cap},
+        )
 
     async def run(self) -> None:
         while True:
@@ -473,24 +611,28 @@ class WsSession:
         if env is None:
             return True  # another capability's message: not for us
         self.count += 1
-        if len(self.tasks) >= self.transport.config.max_inflight:
-            busy = ToolError(
-                "tool_protocol_busy",
-                f"{len(self.tasks)} requests are already running on this connection",
-                retryable=True,
-            )
-            await self.reply(env.id, env.session_id, ERROR, busy.to_dict())
+        if self.revoked:  # closing (1008): nothing more runs for its token
+            refused = ToolError("token_revoked", "the token of this session was rotated")
+            await self.reply(env.id, env.session_id, ERROR, refused.to_dict())
             return True
-        self.tasks.add(asyncio.create_task(self.handle(env)))  # handle() takes it out again
+        calls = calls_in(env)
+        if self.running_calls + calls > self.transport.config.max_inflight:
+            await self.reply(env.id, env.session_id, ERROR, self.busy().to_dict())
+            return True
+        self.running_calls += calls  # counted as it comes; handle() gives them back
+        self.tasks.add(asyncio.create_task(self.handle(env, calls)))  # it takes itself out
         return True
 
-    async def handle(self, env: Envelope) -> None:
+    async def handle(self, env: Envelope, calls: int = 1) -> None:
         """One request in its task of its own. The task leaves `tasks` as handle() ends, not
         in a done callback, whose scheduling costs every request one more loop iteration."""
         try:
             transfers: list[Transfer] = []
+            payload: dict[str, Any] | str | None
             try:
-                kind, payload, transfers = await self.transport.dispatch(env, self)
+                kind, payload, transfers = await self.transport.dispatch(env, self, calls)
+            except ConnectionError:
+                return  # the host went while its reply was being streamed
             except ToolError as exc:
                 kind, payload = ERROR, exc.to_dict()
             except Exception as exc:
@@ -498,20 +640,27 @@ class WsSession:
                 kind = ERROR
                 error = ToolError("tool_execution_exception", f"{env.type} failed: {exc!r}")
                 payload = error.to_dict()
-            if await self.reply(env.id, env.session_id, kind, payload):
+            sent = payload is None or await self.reply(env.id, env.session_id, kind, payload)
+            if sent:
                 for transfer in transfers:  # announced by the reply: they follow it
                     await self.send_transfer(transfer)
         finally:
+            self.running_calls -= calls
             task = asyncio.current_task()
             if task is not None:
                 self.tasks.discard(task)
 
     async def reply(
-        self, request_id: str | None, session_id: str | None, kind: str, payload: dict[str, Any]
+        self,
+        request_id: str | None,
+        session_id: str | None,
+        kind: str,
+        payload: dict[str, Any] | str,
     ) -> bool:
-        """Send one response; False when it could not be (not JSON-encodable, host gone)."""
+        """Send one response (its payload as a dict or as JSON text); False when it could not
+        be (not JSON-encodable, host gone)."""
         try:
-            text = dumps(payload)
+            text = payload if isinstance(payload, str) else dumps(payload)
         except (ValueError, TypeError) as exc:  # e.g. a NaN in a tool result: a bug, say so
             log.error("ws_reply_not_json", type=kind, error=repr(exc))
             error = ToolError("tool_execution_exception", f"the {kind} payload is not JSON: {exc}")
@@ -546,6 +695,24 @@ class WsSession:
         except (ConnectionError, RuntimeError) as exc:
             log.debug("ws_send_dropped", remote=self.remote, error=repr(exc))
             return False
+
+    async def fragment(self, text: str, *, first: bool = False, fin: bool = False) -> None:
+        """Part of one text message (BatchOut holds send_lock from its first part to its
+        last). aiohttp sends whole messages only, so the frame is written here; it waits while
+        the host's socket is full, as aiohttp's own sends do (a host that stops reading stops
+        answering pings too, and the heartbeat closes it). ConnectionResetError: host gone."""
+        wire, protocol = self._wire, self._protocol
+        if wire is None or protocol is None or wire.is_closing() or self.ws.closed:
+            raise ConnectionResetError("the host is gone")
+        data = text.encode()
+        wire.write(frame_header(OP_TEXT if first else OP_CONTINUATION, fin, len(data)))
+        wire.write(data)
+        if protocol.writing_paused:
+            await protocol._drain_helper()
+
+    def drop(self) -> None:
+        if self._wire is not None:
+            self._wire.abort()
 
     async def violation(self, code: int, reason: str) -> None:
         log.info("ws_protocol_violation", remote=self.remote, close_code=code, reason=reason)

@@ -428,7 +428,14 @@ def served_over_ipc(d: DaemonProcess) -> bool:
 async def test_an_ipc_client_that_stops_reading_is_dropped_and_its_slot_freed(
     make_daemon: Make,
 ) -> None:
-    d = make_daemon({"ipc": {"max_connections": 2, "idle_timeout_s": 600, "send_timeout_s": 1.0}})
+    d = make_daemon(
+        {
+            "ipc": {"max_connections": 2, "idle_timeout_s": 600, "send_timeout_s": 1.0},
+            # Both readers' 80 calls run (with the default 32 for one uid, the second reader's
+            # would be refused with small replies that fit its socket: it would never stall).
+            "server": {"max_client_calls": 80, "max_calls": 80},
+        }
+    )
     stalled = [unix(d), unix(d)]
     try:
         for s in stalled:

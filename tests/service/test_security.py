@@ -16,10 +16,12 @@ import aiohttp
 import pytest
 
 from tests.service.daemonproc import DaemonProcess, eventually
+from tests.service.test_input_tools import start, tile
 from tests.service.test_ipc_cli import NOBODY, cli
 
 Make = Callable[..., DaemonProcess]
 READER, ADMIN = "r" * 24, "a" * 24
+FILES = tile("ios", "Files")  # an app whose list a drag moves
 NO_CHECK = aiohttp.TCPConnector  # made per session: ssl=False (the certificate: test_tls.py)
 
 
@@ -252,3 +254,80 @@ async def test_a_token_from_the_config_is_not_rotated(make_daemon: Make) -> None
     assert d.health()["security"]["token"]["pairing_token"] == "[auth].token"
     status, _ = await call(d.base, "shell", fixed, {"command": "true"})
     assert status == 200
+
+
+def held(state: dict[str, Any]) -> list[Any]:
+    """What the simulated target holds: contacts, buttons, keys."""
+    return [*state["contacts_down"], *state["buttons_down"], *state["keys_down"]]
+
+
+async def test_rotation_stops_the_old_tokens_queued_calls(make_daemon: Make) -> None:
+    """Ten long presses queued with the pairing token, then `fingertip token rotate`: the one
+    driving the phone ends its press and lifts; none of the nine waiting for the HID flow ever
+    starts (issue 44: seven started after the rotation, the last 14 s later)."""
+    d = make_daemon()
+    old, sock = d.token, d.tmp / "ipc.sock"
+    press = {"type": "long_press", "point": {"x": 500, "y": 500}, "duration_ms": 4000}
+    headers = {"Authorization": f"Bearer {old}"}
+    async with session() as s:
+
+        async def long_press() -> dict[str, Any]:
+            url = f"{d.base}/api/tools/touch_gesture"
+            async with s.post(url, json={"input": press}, headers=headers) as r:
+                return dict(await r.json())
+
+        calls = [asyncio.create_task(long_press()) for _ in range(10)]
+        # All ten admitted (the first driving the target, nine queued for the flow) ...
+        await eventually(
+            lambda: len(d.get_json("/api/live")["running"]) == 10, "ten calls in the flow"
+        )
+        # ... and the first one's press is down (a button on a desktop, a contact on a phone).
+        await eventually(lambda: held(d.sim_state()), "the first press down")
+        reply, _ = await asyncio.to_thread(cli, sock, "token", "rotate")
+        assert reply["type"] == "complete", reply
+        at_rotation = d.sim_state()
+        replies = await asyncio.gather(*calls)
+
+    codes = [r["error"]["code"] if r["is_error"] else "ok" for r in replies]
+    assert sorted(codes) == ["ok"] + ["token_revoked"] * 9, codes
+    # On the target: one long press happened (the one that was driving), and nothing is held.
+    after = d.sim_state()
+    presses = [e for e in after["events"] if e.startswith("long press")]
+    assert len(presses) == 1, after["events"]
+    assert not [e for e in at_rotation["events"] if e.startswith("long press")]
+    assert held(after) == []
+    # The engine's record: nine calls ended token_revoked, none of them having driven.
+    ended = await eventually(
+        lambda: [
+            e
+            for e in d.log_events()
+            if e.get("event") == "tool_invocation" and e.get("tool") == "touch_gesture"
+        ]
+        if sum(e.get("event") == "tool_invocation" and e.get("tool") == "touch_gesture"
+               for e in d.log_events()) == 10
+        else None,
+        "ten touch_gesture invocations logged",
+    )  # fmt: skip
+    assert sorted(e["error_code"] or "ok" for e in ended) == sorted(codes)
+    # The new token drives the target at once: the flow was let go.
+    status, body = await call(d.base, "touch_gesture", d.token, {**press, "duration_ms": 100})
+    assert status == 200 and body["is_error"] is False, body
+
+
+async def test_rotation_undoes_the_old_tokens_drag(make_daemon: Make) -> None:
+    """A confirmed drag outlives its call on purpose, for [input].drag_limit_s (60 s): one the
+    old token began is undone when the token is rotated, not a minute later."""
+    d = start(make_daemon)
+    old = d.token
+    status, body = await call(d.base, "touch_gesture", old, {"type": "tap", "point": FILES})
+    assert status == 200 and body["is_error"] is False, body
+    status, body = await call(d.base, "drag_start", old, {"point": {"x": 300, "y": 500}})
+    assert status == 200 and json.loads(body["output"])["screen_stable"] is True, body
+    assert held(d.sim_state()) == ["left"]
+    reply, _ = await asyncio.to_thread(cli, d.tmp / "ipc.sock", "token", "rotate")
+    assert reply["type"] == "complete", reply
+    await eventually(lambda: held(d.sim_state()) == [], "the drag undone", timeout=20)
+    undone = await eventually(
+        lambda: [e for e in d.log_events() if e.get("event") == "drag_expired"], "drag_expired"
+    )
+    assert len(undone) == 1

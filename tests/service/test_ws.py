@@ -567,6 +567,56 @@ async def test_batches(daemon: DaemonProcess) -> None:
             error(await batch([health], continueOnError=flag), "tool_batch_payload_invalid")
 
 
+async def test_a_large_batch_result_is_streamed_as_produced(daemon: DaemonProcess) -> None:
+    """Inline screenshots past 256 KiB of items: the result goes out as its calls end, as one
+    message in fragments (the client reassembles them), members `requested` and `results`
+    first; a reply to another request comes before or after it, never inside."""
+    shot = {"toolId": "screenshot", "arguments": {"quality": 100}, "deliveryMode": "inline"}
+    calls = [{**shot, "callId": f"s{i}"} for i in range(12)]
+    calls += [{"toolId": "no_such_tool", "callId": "bad"}, shot]
+    async with connect(daemon) as host:
+        batch = host.envelope("tool.batch", {"calls": calls})
+        await host.send(batch)
+        query = host.envelope("tool.query", {"detail": "index"})
+        await host.send(query)  # answered before the stream begins, or after it ends
+        replies = {r["replyTo"]: r for r in [await host.recv(), await host.recv()]}
+        assert replies[query["id"]]["type"] == "tool.catalog"
+        assert replies[batch["id"]]["type"] == "tool.batch.result"
+        result = replies[batch["id"]]["payload"]
+        assert "$ansightEncoding" not in result  # streamed: never wrapped
+        assert list(result) == ["requested", "results", "success", "completed", "stoppedEarly"]
+        assert (result["requested"], result["completed"], result["success"]) == (14, 13, False)
+        assert result["stoppedEarly"] is True
+        items = result["results"]
+        assert [r.get("callId") for r in items] == [f"s{i}" for i in range(12)] + ["bad"]
+        assert sum(len(r["result"]["data"]) for r in items[:12]) > 256 * 1024
+        for r in items[:12]:
+            image = np.frombuffer(base64.b64decode(r["result"]["data"]), np.uint8)
+            assert cv2.imdecode(image, cv2.IMREAD_COLOR) is not None
+        assert items[12]["error"]["code"] == "tool_not_found"
+        # The socket goes on as usual after a streamed message.
+        assert ok(await host.call("health_check"))["result"]["ok"] is True
+
+
+async def test_a_batch_counts_each_call_against_max_inflight(make_daemon: Make) -> None:
+    d = make_daemon({"ws": {"max_inflight": 4}})
+    async with connect(d) as host:
+        slow = {"toolId": "shell", "arguments": {"command": "sleep 2"}}
+        four = host.envelope("tool.batch", {"calls": [slow] * 4})
+        await host.send(four)
+        busy = error(await host.request("tool.query", {}), "tool_protocol_busy")
+        assert busy["retryable"] is True and busy["details"] == {"max_inflight": 4}
+        done = await host.recv()
+        assert done["replyTo"] == four["id"] and done["payload"]["completed"] == 4
+        # Three calls and a batch of two: five, one over.
+        for _ in range(3):
+            await host.send(host.envelope("tool.call", slow))
+        refused = await host.request("tool.batch", {"calls": [slow] * 2})
+        assert error(refused, "tool_protocol_busy")["details"] == {"max_inflight": 4}
+        for _ in range(3):
+            assert ok(await host.recv())["result"]["exit_code"] == 0
+
+
 # -- large payloads -------------------------------------------------------------------------
 
 

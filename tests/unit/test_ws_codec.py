@@ -467,3 +467,46 @@ def test_only_image_results_are_artifacts() -> None:
     assert not c.is_artifact({"data": "AAAA"})
     assert not c.is_artifact({"data": 5, "format": "jpeg"})
     assert not c.is_artifact("jpeg")
+
+
+# -- a batch result built whole, or streamed -------------------------------------------------
+
+items_st = st.lists(
+    st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=20))),
+    max_size=5,
+)
+
+
+@given(items_st, st.booleans(), st.integers(0, 32), st.integers(0, 8))
+def test_a_batch_result_is_the_same_json_whole_or_streamed(
+    items: list[dict[str, Any]], success: bool, completed: int, extra: int
+) -> None:
+    requested = len(items) + extra
+    texts = [c.dumps(i) for i in items]
+    stopped = len(items) < requested
+    whole = {
+        "success": success,
+        "completed": completed,
+        "requested": requested,
+        "stoppedEarly": stopped,
+        "results": items,
+    }
+    assert c.batch_whole(success, completed, requested, texts) == c.dumps(whole)
+    head = c.envelope_head("tool.batch.result", "b.response", "b", None, "2026-01-01T00:00:00Z")
+    streamed = head + c.batch_open(requested) + ",".join(texts)
+    streamed += c.batch_close(success, completed, stopped)
+    env = json.loads(streamed)
+    assert list(env) == ["type", "id", "replyTo", "sentAt", "capability", "payload"]
+    assert env["payload"] == whole
+    assert list(env["payload"])[:2] == ["requested", "results"]
+
+
+@pytest.mark.parametrize("length", [0, 125, 126, 65535, 65536, 1 << 20])
+def test_frame_headers(length: int) -> None:
+    first = c.frame_header(c.OP_TEXT, False, length)
+    last = c.frame_header(c.OP_CONTINUATION, True, length)
+    assert first[0] == 0x01 and last[0] == 0x80  # FIN clear then set; RSV clear: uncompressed
+    size = {2: first[1], 4: int.from_bytes(first[2:4], "big"), 10: int.from_bytes(first[2:], "big")}
+    assert len(first) in size and size[len(first)] == length
+    assert first[1] & 0x80 == 0  # a server's frames are not masked
+    assert len(first) == (2 if length < 126 else 4 if length < 65536 else 10)

@@ -160,8 +160,8 @@ def to_hex(edid: bytes) -> str:
 
 def parse(data: bytes) -> bytes:
     """An EDID file's bytes: binary, or hex text (whitespace and 0x prefixes ignored)."""
-    if data[:8] != HEADER:
-        text = data.decode("ascii", errors="strict").replace("0x", " ").replace(",", " ")
+    if data[:8] != HEADER and data.isascii() and not any(b < 9 for b in data):
+        text = data.decode("ascii").replace("0x", " ").replace(",", " ")
         data = bytes.fromhex("".join(text.split()))
     validate(data)
     return data

@@ -299,6 +299,12 @@ DATA_STATUS = {
     "trace_query_invalid": 400,
     "trace_not_found": 404,
     "capture_unavailable": 503,
+    # An HDMI bridge's source states (daemon/screen/capture_dv.py): capture is there, the
+    # target sends nothing usable yet.
+    "no_cable": 503,
+    "no_signal": 503,
+    "no_sync": 503,
+    "out_of_range": 503,
     "too_many_viewers": 503,
 }
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 c_u8, c_u32, c_s32, c_u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
 
 BUF_TYPE_VIDEO_CAPTURE = 1
+BUF_TYPE_VIDEO_OUTPUT = 2
 MEMORY_MMAP = 1
 FIELD_NONE = 1
 CAP_VIDEO_CAPTURE = 0x00000001
@@ -307,6 +308,13 @@ def query_dv_timings(fd: int) -> Timings:
     return timings_of(dv)
 
 
+def get_dv_timings(fd: int) -> Timings:
+    """The timings the device is set to (VIDIOC_G_DV_TIMINGS)."""
+    dv = DvTimings()
+    ioctl(fd, G_DV_TIMINGS, dv)
+    return timings_of(dv)
+
+
 def set_dv_timings(fd: int, timings: Timings) -> None:
     dv = DvTimings.from_buffer_copy(timings.raw)
     ioctl(fd, S_DV_TIMINGS, dv)
@@ -370,9 +378,11 @@ def device_caps(cap: Capability) -> int:
     return int(cap.device_caps if cap.capabilities & CAP_DEVICE_CAPS else cap.capabilities)
 
 
-def set_format(fd: int, width: int, height: int, pixelformat: int) -> PixFormat:
+def set_format(
+    fd: int, width: int, height: int, pixelformat: int, buf_type: int = BUF_TYPE_VIDEO_CAPTURE
+) -> PixFormat:
     """S_FMT; returns what the driver settled on (it may change the pixel format)."""
-    fmt = Format(type=BUF_TYPE_VIDEO_CAPTURE)
+    fmt = Format(type=buf_type)
     ioctl(fd, G_FMT, fmt)
     fmt.fmt.pix.width, fmt.fmt.pix.height = width, height
     fmt.fmt.pix.pixelformat, fmt.fmt.pix.field = pixelformat, FIELD_NONE
@@ -382,32 +392,40 @@ def set_format(fd: int, width: int, height: int, pixelformat: int) -> PixFormat:
 
 
 class Buffers:
-    """The driver's mmap buffers of one streaming session (VIDIOC_REQBUFS ... STREAMOFF)."""
+    """The driver's mmap buffers of one streaming session (VIDIOC_REQBUFS ... STREAMOFF).
 
-    def __init__(self, fd: int, count: int) -> None:
-        self.fd = fd
-        req = RequestBuffers(count=count, type=BUF_TYPE_VIDEO_CAPTURE, memory=MEMORY_MMAP)
+    Capture buffers are queued empty; output buffers (a test's source) are queued holding
+    `fill`, the picture to send."""
+
+    def __init__(
+        self, fd: int, count: int, buf_type: int = BUF_TYPE_VIDEO_CAPTURE, fill: bytes = b""
+    ) -> None:
+        self.fd, self.type = fd, buf_type
+        req = RequestBuffers(count=count, type=buf_type, memory=MEMORY_MMAP)
         ioctl(fd, REQBUFS, req)
         if req.count < 1:
             raise OSError(errno.ENOMEM, "the driver gave no buffers")
         self.maps: list[mmap.mmap] = []
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if fill else 0)
         try:
             for i in range(req.count):
-                buf = Buffer(index=i, type=BUF_TYPE_VIDEO_CAPTURE, memory=MEMORY_MMAP)
+                buf = Buffer(index=i, type=buf_type, memory=MEMORY_MMAP)
                 ioctl(fd, QUERYBUF, buf)
-                self.maps.append(
-                    mmap.mmap(fd, buf.length, mmap.MAP_SHARED, mmap.PROT_READ, offset=buf.m.offset)
-                )
+                m = mmap.mmap(fd, buf.length, mmap.MAP_SHARED, prot, offset=buf.m.offset)
+                self.maps.append(m)
+                if fill:
+                    m[: len(fill)] = fill
+                    buf.bytesused = len(fill)
                 ioctl(fd, QBUF, buf)
         except OSError:
             self.close()
             raise
 
     def start(self) -> None:
-        ioctl(self.fd, STREAMON, ctypes.c_int(BUF_TYPE_VIDEO_CAPTURE))
+        ioctl(self.fd, STREAMON, ctypes.c_int(self.type))
 
     def dequeue(self) -> Buffer:
-        buf = Buffer(type=BUF_TYPE_VIDEO_CAPTURE, memory=MEMORY_MMAP)
+        buf = Buffer(type=self.type, memory=MEMORY_MMAP)
         ioctl(self.fd, DQBUF, buf)
         return buf
 
@@ -422,12 +440,12 @@ class Buffers:
         """STREAMOFF, unmap, free the driver's buffers; each step best effort (the device may
         be gone)."""
         with contextlib.suppress(OSError):
-            ioctl(self.fd, STREAMOFF, ctypes.c_int(BUF_TYPE_VIDEO_CAPTURE))
+            ioctl(self.fd, STREAMOFF, ctypes.c_int(self.type))
         for m in self.maps:
             m.close()
         self.maps = []
         with contextlib.suppress(OSError):
-            ioctl(self.fd, REQBUFS, RequestBuffers(count=0, type=1, memory=MEMORY_MMAP))
+            ioctl(self.fd, REQBUFS, RequestBuffers(count=0, type=self.type, memory=MEMORY_MMAP))
 
 
 def open_node(path: str) -> int:

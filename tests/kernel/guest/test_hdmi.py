@@ -20,7 +20,9 @@ import fcntl
 import importlib.util
 import os
 import re
+import select
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -284,6 +286,9 @@ async def test_new_timings_give_frames_in_the_new_size(
     try:
         await cap.frame(timeout=20 * SLOWNESS)
         for width, height in ((1920, 1080), (1024, 768), (1280, 720)):
+            # Through "current" (the timings now) so that "selected" is a change that takes
+            # the new menu entry, whether or not vivid clusters the two controls.
+            set_mode(node, "current")
             control(node, DV_TIMINGS, preset_index(node, width, height))
             changed = time.monotonic()
             set_mode(node, "selected")
@@ -353,3 +358,91 @@ async def test_disconnect_then_back_by_itself(
         assert after.seq > before.seq and cap.capture_status()["state"] == "streaming"
     finally:
         cap.close()
+
+
+def output_node() -> str:
+    root = Path("/sys/class/video4linux")
+    for node in sorted(root.iterdir()):
+        if (node / "name").read_text().strip().endswith("vid-out"):
+            return f"/dev/{node.name}"
+    raise AssertionError("vivid has no video output node (node_types 0x100)")
+
+
+class HdmiSource:
+    """vivid's HDMI output playing a target: one known YUYV picture, sent over and over (the
+    loop copies the output's buffer into capture only while the output keeps streaming)."""
+
+    def __init__(self, capture: str, picture: bytes, width: int, height: int) -> None:
+        self.fd = os.open(output_node(), os.O_RDWR | os.O_NONBLOCK)
+        ctl = os.open(capture, os.O_RDWR)
+        try:  # the output's timings are the input's: the loop needs them equal
+            v4l2.set_dv_timings(self.fd, v4l2.get_dv_timings(ctl))
+        finally:
+            os.close(ctl)
+        out = v4l2.BUF_TYPE_VIDEO_OUTPUT
+        pix = v4l2.set_format(self.fd, width, height, v4l2.fourcc("YUYV"), out)
+        assert (pix.width, pix.height) == (width, height), (pix.width, pix.height)
+        self.bufs = v4l2.Buffers(self.fd, 3, out, fill=picture)
+        self.bufs.start()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            if select.select([], [self.fd], [], 0.2)[1]:
+                try:
+                    buf = self.bufs.dequeue()
+                except BlockingIOError:
+                    continue
+                self.bufs.requeue(buf)  # the same picture again
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.bufs.close()
+        os.close(self.fd)
+
+
+async def test_the_sources_picture_arrives_pixel_exact_in_a_screenshot(
+    node: str, daemon: Daemon
+) -> None:
+    import base64
+
+    import cv2
+    import numpy as np
+
+    timings = (await health_state_streaming(daemon))["timings"]
+    width, height = timings["width"], timings["height"]
+    rng = np.random.default_rng(51)
+    # Blocks of 16x16 pixels (so no encoder or chroma step could blur an edge away) of random
+    # YUYV: a picture vivid's generator never makes.
+    blocks = rng.integers(16, 236, (height // 16 + 1, width // 16 + 1, 4), dtype=np.uint8)
+    yuyv = np.repeat(np.repeat(blocks, 16, axis=0), 8, axis=1)[:height, : width // 2]
+    picture = np.ascontiguousarray(yuyv).reshape(height, width, 2)
+    expected = cv2.cvtColor(picture, cv2.COLOR_YUV2BGR_YUYV)
+    control(node, VIVID_CID_BASE + 1, 2)  # OSD text: none
+    source = HdmiSource(node, picture.tobytes(), width, height)
+    try:
+        control(node, VIVID_CID_BASE + 37, 1)  # Loop Video: the input shows the output
+        deadline = time.monotonic() + 30 * SLOWNESS
+        while True:
+            out = await daemon.catalog.call("screenshot", {"format": "png"})
+            if out.error is None:
+                png = base64.b64decode(out.result["data"])
+                shot = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_COLOR)
+                if shot.shape == expected.shape and np.array_equal(shot, expected):
+                    break
+            assert time.monotonic() < deadline, "the output's picture never arrived exactly"
+            await asyncio.sleep(0.1)
+    finally:
+        control(node, VIVID_CID_BASE + 37, 0)
+        control(node, VIVID_CID_BASE + 1, 0)
+        source.close()
+
+
+async def health_state_streaming(d: Daemon) -> dict[str, Any]:
+    await wait_screenshot(d, 20 * SLOWNESS)
+    capture = await health_state(d)
+    assert capture["state"] == "streaming", capture
+    return capture

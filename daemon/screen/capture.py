@@ -559,6 +559,8 @@ class V4L2Capture:
         self._publish(_Raw(self._seq + 1, captured_at, utc, None, None, raw), step)
 
     def dv_fault(self, kind: str, reason: str) -> None:
+        with self._lock:  # a fault ends the session: its last state is no longer the answer
+            self._dv_active = False
         self._fail(kind, reason, hard=kind != "stalled")
 
     # ---- the reader thread ------------------------------------------------------------------

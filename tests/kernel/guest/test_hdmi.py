@@ -323,7 +323,7 @@ async def test_a_cleared_edid_is_no_signal(node: str) -> None:
         assert e.value.details["state"] == "no_signal"
         # Loaded once per device: what someone cleared stays cleared until they load one.
         write_edid(node, edid.build())
-        assert cap.available() == (True, "")
+        wait_for(lambda: cap.available() == (True, ""), "a signal again with the EDID back")
     finally:
         cap.close()
 

@@ -471,7 +471,7 @@ class V4L2Capture:
         now = time.monotonic()
         with self._lock:
             if self._dv_active and self._signal is not None:
-                return self._signal
+                return self._signal  # (None while a session opens: asked below)
             probed = self._probed
         if probed is not None and probed[1] == route.control and now - probed[0] < 0.2:
             return probed[2]
@@ -558,6 +558,10 @@ class V4L2Capture:
         step = captured_at - prev if prev is not None else 0.0
         self._publish(_Raw(self._seq + 1, captured_at, utc, None, None, raw), step)
 
+    def dv_source_change(self) -> None:
+        with self._lock:  # the frames of the source before the change are not served again
+            self._latest, self._signal = None, None
+
     def dv_fault(self, kind: str, reason: str) -> None:
         with self._lock:  # a fault ends the session: its last state is no longer the answer
             self._dv_active = False
@@ -599,7 +603,8 @@ class V4L2Capture:
 
     def _dv_session(self, route: Route) -> int:
         with self._lock:
-            self._dv_active, self._path = True, "dv"
+            # What the last session knew is not this one's answer until it reads the source.
+            self._dv_active, self._path, self._signal = True, "dv", None
         try:
             return capture_dv.run_session(self, route, self.config.fourcc, self.config.buffers)
         finally:

@@ -560,11 +560,11 @@ class V4L2Capture:
 
     def dv_source_change(self) -> None:
         with self._lock:  # the frames of the source before the change are not served again
-            self._latest, self._signal = None, None
+            self._latest, self._signal, self._probed = None, None, None
 
     def dv_fault(self, kind: str, reason: str) -> None:
         with self._lock:  # a fault ends the session: its last state is no longer the answer
-            self._dv_active = False
+            self._dv_active, self._probed = False, None
         self._fail(kind, reason, hard=kind != "stalled")
 
     # ---- the reader thread ------------------------------------------------------------------
@@ -605,6 +605,7 @@ class V4L2Capture:
         with self._lock:
             # What the last session knew is not this one's answer until it reads the source.
             self._dv_active, self._path, self._signal = True, "dv", None
+            self._probed = None
         try:
             return capture_dv.run_session(self, route, self.config.fourcc, self.config.buffers)
         finally:

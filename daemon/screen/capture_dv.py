@@ -173,7 +173,7 @@ def route_of(node: str, subdevice: str) -> Route | None:
 def ensure_edid(fd: int, want: bytes) -> bool:
     """Load `want` unless the bridge already has it; True when it was written."""
     try:
-        if v4l2.get_edid(fd) == want:
+        if edid_mod.same(v4l2.get_edid(fd), want):
             return False
     except OSError:
         pass  # none set yet (some bridges answer ENODATA)

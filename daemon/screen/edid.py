@@ -180,6 +180,35 @@ def validate(edid: bytes) -> None:
         raise ValueError(f"the EDID says {edid[126]} extension blocks, the file has another count")
 
 
+def address_offset(edid: bytes) -> int | None:
+    """Where the HDMI physical address (2 bytes) sits in the CEA-861 block, if there is one.
+
+    A receiver may rewrite it (vivid does, as a CEC repeater would): it is the one part of an
+    EDID that is not ours to compare."""
+    if len(edid) < 2 * BLOCK or edid[BLOCK] != 0x02:
+        return None
+    end = BLOCK + min(edid[BLOCK + 2], BLOCK - 1)
+    at = BLOCK + 4
+    while at < end:
+        tag, length = edid[at] >> 5, edid[at] & 0x1F
+        if tag == 3 and length >= 5 and edid[at + 1 : at + 4] == bytes([0x03, 0x0C, 0x00]):
+            return at + 4
+        at += 1 + length
+    return None
+
+
+def same(a: bytes, b: bytes) -> bool:
+    """Whether two EDIDs are the same apart from the physical address (and so the checksum of
+    the block that holds it)."""
+    if len(a) != len(b):
+        return False
+    at = address_offset(a)
+    if at is None or address_offset(b) != at:
+        return a == b
+    skip = {at, at + 1, BLOCK + BLOCK - 1}
+    return all(x == y for i, (x, y) in enumerate(zip(a, b, strict=True)) if i not in skip)
+
+
 def load(path: str) -> bytes:
     """The EDID `[capture].edid` names ('' = the shipped default)."""
     return parse(Path(path).read_bytes()) if path else build()

@@ -68,3 +68,18 @@ def test_a_file_that_is_not_an_edid_is_refused(tmp_path: Path) -> None:
     (tmp_path / "x").write_bytes(b"\xff\xfe not hex")
     with pytest.raises(ValueError):
         edid.load(str(tmp_path / "x"))
+
+
+def test_same_ignores_only_the_physical_address_a_receiver_rewrites() -> None:
+    ours = edid.build()
+    at = edid.address_offset(ours)
+    assert at is not None and ours[at : at + 2] == bytes([0x10, 0x00])  # 1.0.0.0
+    rewritten = bytearray(ours)
+    rewritten[at] = 0x20  # 2.0.0.0, and the block's checksum follows
+    rewritten[255] = edid.checksum(bytes(rewritten[128:]))
+    assert edid.same(bytes(rewritten), ours)
+    other = bytearray(ours)
+    other[72] ^= 1  # a timing, not the address
+    assert not edid.same(bytes(other), ours)
+    assert not edid.same(ours[:128], ours)
+    assert edid.address_offset(ours[:128]) is None

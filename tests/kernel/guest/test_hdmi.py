@@ -14,10 +14,10 @@ Times are recorded, and bounded with the VM's measured slowness (usbhost.SLOWNES
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import ctypes
 import fcntl
-import importlib.util
 import os
 import re
 import select
@@ -76,12 +76,12 @@ VIDIOC_QUERYMENU = 0xC02C5625
 
 
 def tier_vivid_params() -> list[str]:
-    """vivid's parameters as the kernel tier loads it (tests/kernel/setup.py)."""
-    spec = importlib.util.spec_from_file_location("kernel_setup", PROJECT / "tests/kernel/setup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.MODULE_PARAMS["vivid"]).split()
+    """vivid's parameters as the kernel tier loads it (tests/kernel/setup.py's MODULE_PARAMS)."""
+    tree = ast.parse((PROJECT / "tests/kernel/setup.py").read_text())
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "MODULE_PARAMS":
+            return str(ast.literal_eval(stmt.value)["vivid"]).split()
+    raise AssertionError("tests/kernel/setup.py has no MODULE_PARAMS")
 
 
 def vivid_ko() -> Path:
@@ -197,7 +197,9 @@ async def test_the_bridge_gets_our_edid_and_streams_the_sources_timings(
         assert frame.image.shape == (timings["height"], timings["width"], 3)
         assert frame.image.std() > 10  # vivid's pattern, not a blank buffer
         assert status["edid"]["loaded"] and status["edid"]["underscan"], status
-        assert read_edid(node) == edid.build()  # ours, as the target would read it
+        # Ours, as the target would read it (vivid rewrites the physical address, as a CEC
+        # repeater would: the one part that is not ours).
+        assert edid.same(read_edid(node), edid.build())
         record_property("hdmi_timings", f"{timings['width']}x{timings['height']}")
     finally:
         cap.close()
@@ -249,8 +251,11 @@ async def test_each_signal_state_shows_answers_its_code_and_streaming_resumes(
     node: str, daemon: Daemon, record_property: Callable[[str, object], None]
 ) -> None:
     await wait_screenshot(daemon, 20 * SLOWNESS)  # streaming, the reader running
-    for state in ("no_signal", "no_sync", "out_of_range"):
-        set_mode(node, state)
+    # vivid's "No Signal" mode also takes the +5 V away (V4L2_CID_DV_RX_POWER_PRESENT = 0), as
+    # an unplugged cable does: the bridge's answers mean no cable. "no_signal" itself (a cable,
+    # no video: a sleeping target) is what a cleared EDID gives (test_a_cleared_edid_...).
+    for mode, state in (("no_signal", "no_cable"), ("no_sync", "no_sync"), ("out_of_range",) * 2):
+        set_mode(node, mode)
         shown = await wait_state(daemon, state, STATE_LIMIT_S)
         record_property(f"{state}_shown_s", f"{shown:.2f}")
         health = await health_state(daemon)
@@ -311,7 +316,7 @@ async def test_a_cleared_edid_is_no_signal(node: str) -> None:
     cap = V4L2Capture(config(node, idle_stop_s=0.3))
     try:
         await cap.frame(timeout=20 * SLOWNESS)
-        assert read_edid(node) == edid.build()
+        assert edid.same(read_edid(node), edid.build())
         wait_for(lambda: not cap.running, "the reader stops when idle")
         write_edid(node, b"")  # vivid refuses this while buffers are allocated (EBUSY)
         ok, reason = cap.available()

@@ -216,6 +216,7 @@ async def daemon(node: str, tmp_path: Path) -> AsyncIterator[Daemon]:
         ipc=IpcConfig(socket=str(tmp_path / "ipc.sock")),
     )
     d = build(cfg)
+    d.metrics.watch_connections({})  # what start() does: the gauges read at scrape time
     yield d
     await d.backend.capture.aclose()
 

@@ -112,3 +112,12 @@ def test_yuv_frames_convert_like_opencv(fourcc: str) -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="MJPG"):
         capture_dv.to_bgr(b"\0" * 16, "MJPG", 2, 2, 4)
+
+
+def test_a_node_without_dv_timings_or_v4l2_takes_the_opencv_path() -> None:
+    # /dev/null answers ENOTTY to every ioctl: no DV timings, no V4L2 at all.
+    assert capture_dv.route_of("/dev/null", "") is None
+
+
+def test_a_configured_subdevice_is_taken_as_given() -> None:
+    assert capture_dv.find_subdevice("/dev/v4l-subdev3") == "/dev/v4l-subdev3"

@@ -17,8 +17,9 @@ hand back the driver's buffer unconverted (cap_v4l.cpp's retrieveFrame skips imd
 copies the buffer's `bytesused` bytes; 4.x returns them as a 1xN array), so the reader keeps
 the device's own JPEG and decodes nothing. What the kernel tier saw with OpenCV 5.0 on vivid
 (which has no MJPEG): raw YUYV comes back unconverted, shaped H x W x 2. The reader takes the
-bytes whatever the array's shape and checks the JPEG start marker; a real MJPEG grabber has
-not been tried here. A frame is decoded
+bytes whatever the array's shape and checks the JPEG start marker. With a real MJPEG source
+(v4l2loopback carrying MJPG, tests/kernel/guest/test_mjpeg_passthrough.py) the frames come back
+byte for byte as the source wrote them. A frame is decoded
 (full size, once per frame) only when someone asks for it, because Frame.image must be the
 full picture (cv2.IMREAD_REDUCED_8 would be 2-5x cheaper for the detector, see
 tests/bench/bench_screen.py, but Frame has no place for a reduced image); a screenshot that

@@ -366,6 +366,19 @@ class CaptureConfig:
     buffers: int = _key(2, _int(1, 16), "V4L2 buffers the driver fills (each holds a frame)")
     idle_stop_s: float = _key(10.0, _num(0.1, 3600))
     no_frame_timeout_s: float = _key(3.0, _num(0.1, 60))
+    edid: str = _key(
+        "",
+        _STR,
+        "the EDID an HDMI bridge (DV timings) presents to the target, loaded when it is opened: "
+        "'' = the shipped default (etc/edid-1080p.hex: 1080p60/30, underscan), a file (binary or "
+        "hex text), or 'keep' to leave the bridge's own",
+    )
+    subdevice: str = _key(
+        "",
+        _STR,
+        "the bridge's /dev/v4l-subdevN when its DV timings live there and not on the video node; "
+        "'' = the one sub-device that answers for DV timings, if any",
+    )
 
 
 _RECT = {"type": "array", "items": _int(0, 8192), "minItems": 4, "maxItems": 4}

@@ -81,6 +81,12 @@ CODES: dict[str, Code] = {
     "token_revoked": _tool("the call's token was rotated or revoked before the call started"),
     "calibration_unavailable": _tool("the pointer shows no cursor, or there is no geometry"),
     "cursor_not_found": _tool("calibration found no cursor in the frame", retry=True),
+    # An HDMI bridge's source states (daemon/screen/capture_dv.py): the capture is there, the
+    # target sends nothing usable yet; a data route (the snapshot) fails with 503.
+    "no_cable": _tool("the HDMI bridge sees no source (no +5 V)", status=503, retry=True),
+    "no_signal": _tool("the HDMI source sends no signal", status=503, retry=True),
+    "no_sync": _tool("the HDMI bridge cannot lock to the source", status=503, retry=True),
+    "out_of_range": _tool("the source's timings are beyond the bridge", status=503, retry=True),
     "hid_write_timeout": _tool("the target did not accept HID reports in time", retry=True),
     "hid_io_failed": _tool("writing a HID report failed"),
     "input_engine_stopped": _tool("the daemon is stopping: no more HID input", retry=True),

@@ -42,7 +42,9 @@ class FrameSource(Protocol):
         """The newest frame; with `newer_than`, one captured after that monotonic time.
 
         Raises daemon.errors.ToolError(code="capture_unavailable", retryable=True) when no
-        frame can be had within `timeout`.
+        frame can be had within `timeout`; an HDMI bridge whose source sends nothing usable
+        answers its state at once instead (no_cable, no_signal, no_sync, out_of_range; also
+        retryable, see daemon/screen/capture_dv.py).
         """
         ...
 

@@ -54,6 +54,16 @@ INVOCATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 # A switch re-enumerates the composite: around a second on a phone, up to the 15 s limit.
 SWITCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30)
 # How old a frame is when it is handed to a tool (the newest one a source has).
+# The capture's states (daemon/screen/capture_dv.py's STATES, before any was known: unknown).
+CAPTURE_STATES = (
+    "unknown",
+    "no_device",
+    "no_cable",
+    "no_signal",
+    "no_sync",
+    "out_of_range",
+    "streaming",
+)
 FRAME_AGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -119,6 +129,9 @@ class Metrics:
             registry=r,
         )
         self.last_frame_at: float | None = None  # monotonic capture time of the newest frame
+        # The capture's last known state (no_signal, streaming, ...; daemon/screen/capture.py),
+        # an attribute read: None where the source has none (the simulated target).
+        self.capture_state: Callable[[], str | None] = lambda: None
         self._last_seq = 0
         self._known_tools: frozenset[str] = frozenset()
         self._children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
@@ -185,6 +198,17 @@ class _Live(Collector):
         if last is not None:
             age.add_metric([], max(0.0, time.monotonic() - last))
         yield age
+        state = self.metrics.capture_state()
+        if state is not None:
+            states = GaugeMetricFamily(
+                "fingertip_capture_state",
+                "1 for the capture's current state (no_device, no_cable, no_signal, no_sync, "
+                "out_of_range, streaming; unknown before it was first asked)",
+                labels=["state"],
+            )
+            for name in CAPTURE_STATES:
+                states.add_metric([name], 1.0 if name == state else 0.0)
+            yield states
 
 
 # -- the counting wrappers around the backend's parts -------------------------------------------
@@ -285,6 +309,9 @@ class Counted:
         self.hid: HidOutput = CountingHid(backend.hid, metrics)
         self.profiles: ProfileControl = CountingProfiles(backend.profiles, metrics)
         self.frames: FrameSource = CountingFrames(backend.frames, metrics)
+        if hasattr(backend.frames, "capture_status"):  # a capture device (not the simulated target)
+            capture = backend.frames
+            metrics.capture_state = lambda: str(getattr(capture, "state", "unknown"))
 
     async def start(self) -> bool:
         return await self.inner.start()

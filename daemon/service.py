@@ -94,6 +94,9 @@ def build(config: Config) -> Daemon:
     )
     geometry.calibration = calibrate.load(config.state_dir)  # kept from an earlier run
     frames = ScreenFrames(counted.frames, geometry)
+    hooks = getattr(backend.frames, "on_source_change", None)
+    if hooks is not None:  # an HDMI bridge: the source's new mode moves its screen in the frame
+        hooks.append(lambda _timings: geometry.invalidate())
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
     stream = StreamHub(frames, config.stream, config.capture.no_frame_timeout_s)
     ocr = Ocr(config.ocr)

@@ -17,8 +17,9 @@ hand back the driver's buffer unconverted (cap_v4l.cpp's retrieveFrame skips imd
 copies the buffer's `bytesused` bytes; 4.x returns them as a 1xN array), so the reader keeps
 the device's own JPEG and decodes nothing. What the kernel tier saw with OpenCV 5.0 on vivid
 (which has no MJPEG): raw YUYV comes back unconverted, shaped H x W x 2. The reader takes the
-bytes whatever the array's shape and checks the JPEG start marker; a real MJPEG grabber has
-not been tried here. A frame is decoded
+bytes whatever the array's shape and checks the JPEG start marker. With a real MJPEG source
+(v4l2loopback carrying MJPG, tests/kernel/guest/test_mjpeg_passthrough.py) the frames come back
+byte for byte as the source wrote them. A frame is decoded
 (full size, once per frame) only when someone asks for it, because Frame.image must be the
 full picture (cv2.IMREAD_REDUCED_8 would be 2-5x cheaper for the detector, see
 tests/bench/bench_screen.py, but Frame has no place for a reduced image); a screenshot that
@@ -31,6 +32,14 @@ when the caller's timeout ends, never a hang. The reader retries every `retry_s`
 are wanted, and a pyudev monitor (video4linux add/remove) wakes it at once when a device
 comes back, so capture resumes by itself. Without udevd (the kernel-test guest) the monitor
 listens to the kernel's own uevents instead.
+
+HDMI bridges. A device that has DV timings (a TC358743 HDMI-to-CSI-2 bridge, vivid's HDMI
+input) takes the native path of capture_dv.py instead of OpenCV: EDID, timings, the source's
+state (no cable, no signal, no sync, out of range) and a reopen on every source change. Its
+state is `available()`'s answer and the screen tools' error code (no_signal, ...; retryable),
+read from the streaming reader when one runs, else by a quick open-query-close of the device.
+`on_source_change` holds callbacks run (in the reader thread) whenever the source starts
+streaming in new timings: the screen geometry is re-detected there.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +59,9 @@ import structlog
 from daemon.config import CaptureConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame
+from daemon.screen import capture_dv
+from daemon.screen.capture_dv import REMEDIATION as SIGNAL_REMEDIATION
+from daemon.screen.capture_dv import SIGNAL_STATES, RawFrame, Route, Signal
 
 if TYPE_CHECKING:
     from daemon.frames import Image
@@ -69,16 +82,30 @@ REMEDIATION = {
     "silent": "the device is open but delivers no frames: check that the target's screen "
     "output (HDMI) is connected, awake and sending video",
     "corrupt": "the device delivered a frame that does not decode; retry",
+    "stalled": "the HDMI bridge stopped delivering frames; it is being reopened, retry",
+    **SIGNAL_REMEDIATION,
 }
 
 
 def unavailable(reason: str, kind: str, device: str) -> ToolError:
+    """The error of a frame that cannot be had: the state's own code for an HDMI source's
+    state (no_signal, no_sync, no_cable, out_of_range), else capture_unavailable."""
+    if kind in SIGNAL_STATES:
+        details = {"device": device, "state": kind, "remediation": REMEDIATION[kind]}
+        return ToolError(kind, reason, retryable=True, details=details)
     return ToolError(
         "capture_unavailable",
         reason,
         retryable=True,
         details={"device": device, "reason": kind, "remediation": REMEDIATION[kind]},
     )
+
+
+def state_of_kind(kind: str) -> str:
+    """The capture state (capture_dv.STATES) an availability answer means."""
+    if kind in SIGNAL_STATES:
+        return kind
+    return "streaming" if kind == "" else "no_device"  # missing, or there but not answering
 
 
 def capture_time(buffer_ms: float, now: float) -> float:
@@ -127,6 +154,7 @@ class _Raw:
     captured_at_utc: float
     image: Image | None  # BGR, converted by OpenCV (YUYV and other raw formats)
     jpeg: bytes | None  # the device's own JPEG (passthrough)
+    raw: RawFrame | None = None  # an HDMI bridge's bytes, converted when asked for
 
 
 @dataclass(frozen=True)
@@ -160,23 +188,76 @@ class V4L2Capture:
         self._udev: pyudev.Context | None = None
         self._resolved: tuple[float, str | None] | None = None  # (when, node) for udev specs
         self._hotplug_events = 0
+        # HDMI bridges (capture_dv): the route per node (None = OpenCV), the source's state,
+        # whether a DV session runs now, the EDID, and who hears of a new source.
+        self._routes: dict[str, Route | None] = {}
+        self._signal: Signal | None = None
+        self._probed: tuple[float, str, Signal] | None = None
+        self._dv_active = False
+        self._path: str | None = None
+        self._last_timings: tuple[int, int] | None = None
+        self._edid, self._edid_info = capture_dv.load_edid(config.edid)
+        self._edid_loaded: set[str] = set()
+        self.on_source_change: list[Callable[[dict[str, Any]], None]] = []
+        # The last state known (capture_dv.STATES), read by /metrics without asking the device.
+        self.state = "unknown"
 
     # ---- FrameSource -----------------------------------------------------------------------
 
     def available(self) -> tuple[bool, str]:
-        """Whether the device node is there and usable now; starts nothing."""
+        """Whether the device node is there and usable now (for an HDMI bridge: whether its
+        source sends a signal); starts nothing."""
+        kind, reason = self._availability()
+        return kind == "", reason
+
+    def _availability(self) -> tuple[str, str]:
+        """("", "") when usable, else (a REMEDIATION key, reason); updates `state`."""
+        kind, reason = self._check()
+        self.state = state_of_kind(kind)
+        return kind, reason
+
+    def _check(self) -> tuple[str, str]:
         node = self._node()
         if node is None:
-            return False, f"capture device {self.config.device} not found"
+            return "missing", f"capture device {self.config.device} not found"
         if not os.access(node, os.R_OK | os.W_OK):
-            return False, f"no read/write permission on {node}"
-        return True, ""
+            return "missing", f"no read/write permission on {node}"
+        try:
+            route = self._route(node)
+        except OSError as e:
+            return "open", f"cannot open {node}: {e.strerror}"
+        if route is None:
+            return "", ""
+        try:
+            signal = self._current_signal(route)
+        except OSError as e:
+            return "open", f"{route.control} does not answer: {e.strerror}"
+        return ("", "") if signal.state == "streaming" else (signal.state, signal.reason)
+
+    def capture_status(self) -> dict[str, Any]:
+        """For health_check: the path the device takes, its state (with the timings), the
+        EDID. Starts nothing (an HDMI bridge nobody reads is asked by open-query-close)."""
+        _, reason = self._availability()
+        with self._lock:
+            signal, path = self._signal, self._path
+        node = self._node()
+        route = self._routes.get(node) if node else None
+        state = self.state
+        out: dict[str, Any] = {"state": state, "path": path or ("dv" if route else "uvc")}
+        if route is not None:
+            out["control_node"] = route.control
+            if state == "streaming" and signal is not None and signal.timings is not None:
+                out["timings"] = signal.timings.to_dict()
+            out["edid"] = {**self._edid_info, "loaded": route.control in self._edid_loaded}
+        if reason:
+            out["reason"] = reason
+        return out
 
     async def frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
         requested = time.monotonic()
-        ok, reason = self.available()
-        if not ok:
-            raise unavailable(reason, "missing", self.config.device)
+        kind, reason = self._availability()
+        if kind:
+            raise unavailable(reason, kind, self.config.device)
         loop = asyncio.get_running_loop()
         waiter = (loop, asyncio.Event())
         with self._lock:
@@ -242,6 +323,8 @@ class V4L2Capture:
             if raw is not None and raw.captured_at > floor:
                 return raw
             fresh_err = err if err is not None and err.at >= requested else None
+            if err is not None and err.kind in SIGNAL_STATES and self._signal_is(err.kind):
+                fresh_err = err  # the source is in that state now: answer it, do not wait
             if fresh_err is not None and fresh_err.hard:
                 raise unavailable(fresh_err.reason, fresh_err.kind, self.config.device)
             remaining = deadline - time.monotonic()
@@ -254,7 +337,18 @@ class V4L2Capture:
     async def _materialize(self, raw: _Raw) -> Frame:
         if raw.image is not None:
             return Frame(raw.image, raw.seq, raw.captured_at, raw.captured_at_utc)
+        if raw.raw is not None:
+            return await asyncio.to_thread(self._convert, raw, raw.raw)
         return await asyncio.to_thread(self._decode, raw)
+
+    def _convert(self, raw: _Raw, data: RawFrame) -> Frame:
+        with self._decode_lock:  # one conversion per frame, however many ask at once
+            if self._decoded is not None and self._decoded.seq == raw.seq:
+                return self._decoded
+            image = capture_dv.to_bgr(data.data, data.fourcc, data.width, data.height, data.stride)
+            frame = Frame(image, raw.seq, raw.captured_at, raw.captured_at_utc)
+            self._decoded = frame
+            return frame
 
     def _decode(self, raw: _Raw) -> Frame:
         import cv2
@@ -299,11 +393,13 @@ class V4L2Capture:
                 bool(self._waiters) or time.monotonic() < self._wanted_until
             )
 
-    def _fail(self, kind: str, reason: str, *, hard: bool) -> None:
+    def _fail(self, kind: str, reason: str, *, hard: bool, quiet: bool = False) -> None:
         with self._lock:
             self._error = _Error(kind, reason, time.monotonic(), hard)
+            self._latest = None  # never serve the last frame of a source that went away
             waiters = list(self._waiters)
-        log.warning("capture.fault", device=self.config.device, kind=kind, reason=reason)
+        if not quiet:
+            log.warning("capture.fault", device=self.config.device, kind=kind, reason=reason)
         self._notify(waiters)
 
     @staticmethod
@@ -352,7 +448,125 @@ class V4L2Capture:
         with self._lock:
             self._resolved = None
             self._hotplug_events += 1
+            self._routes.clear()  # a new device may be another kind; its EDID is gone
+            self._edid_loaded.clear()
+            self._probed = None
         self._wake.set()
+
+    # ---- HDMI bridges (capture_dv) ----------------------------------------------------------
+
+    def _route(self, node: str) -> Route | None:
+        """The DV route of `node` (None: the OpenCV path), found once per device."""
+        with self._lock:
+            if node in self._routes:
+                return self._routes[node]
+        route = capture_dv.route_of(node, self.config.subdevice)
+        with self._lock:
+            self._routes[node] = route
+        if route is not None:
+            log.info("capture.dv_device", node=node, control=route.control)
+        return route
+
+    def _current_signal(self, route: Route) -> Signal:
+        """The source's state: the streaming reader's when one runs, else asked (kept 0.2 s)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._dv_active and self._signal is not None:
+                return self._signal  # (None while a session opens: asked below)
+            probed = self._probed
+        if probed is not None and probed[1] == route.control and now - probed[0] < 0.2:
+            return probed[2]
+        signal = capture_dv.probe(route, lambda fd: self._load_edid(route.control, fd))
+        with self._lock:
+            self._probed = (now, route.control, signal)
+            if not self._dv_active:
+                self._signal = signal
+        return signal
+
+    def _signal_is(self, state: str) -> bool:
+        with self._lock:
+            return self._dv_active and self._signal is not None and self._signal.state == state
+
+    def _load_edid(self, control: str, fd: int) -> None:
+        """Our EDID into the bridge, once per device appearance (so an EDID someone clears
+        later stays cleared until the device comes back)."""
+        with self._lock:
+            if self._edid is None or control in self._edid_loaded:
+                return
+        try:
+            wrote = capture_dv.ensure_edid(fd, self._edid)
+        except OSError as e:  # EBUSY: another process streams from it; try at the next open
+            log.warning("capture.edid_not_loaded", node=control, error=e.strerror)
+            return
+        with self._lock:
+            self._edid_loaded.add(control)
+        log.info("capture.edid", node=control, written=wrote, **self._edid_info)
+
+    # capture_dv.Host: what a DV session tells the capture (from the reader thread)
+
+    def still_wanted(self) -> bool:
+        return self._still_wanted()
+
+    def dv_edid(self, fd: int) -> None:
+        node = self._node()
+        route = self._routes.get(node) if node else None
+        if route is not None:
+            self._load_edid(route.control, fd)
+
+    def dv_signal(self, signal: Signal) -> None:
+        with self._lock:
+            changed = self._signal is None or self._signal.state != signal.state
+            self._signal = signal
+        self.state = signal.state
+        if signal.state != "streaming":
+            if changed:
+                log.warning("capture.signal", state=signal.state, reason=signal.reason)
+            self._fail(signal.state, signal.reason, hard=True, quiet=True)
+
+    def dv_streaming(self, signal: Signal, fourcc: str, fps: float) -> None:
+        timings = signal.timings
+        assert timings is not None
+        self.state = "streaming"
+        with self._lock:
+            self._signal = signal
+            self._nominal_interval = 1.0 / fps if fps > 0 else 0.0
+            self._measured_interval = 0.0
+            size = (timings.width, timings.height)
+            new = self._last_timings != size
+            self._last_timings = size
+            hooks = list(self.on_source_change)
+        log.info(
+            "capture.opened",
+            node=self.config.device,
+            path="dv",
+            fourcc=fourcc,
+            timings=timings.label(),
+        )
+        if new:
+            info = {"width": timings.width, "height": timings.height, **timings.to_dict()}
+            for hook in hooks:
+                try:
+                    hook(info)
+                except Exception:  # a listener's bug must not stop capture
+                    log.exception("capture.source_change_hook_failed")
+
+    def dv_frame(self, raw: RawFrame, buffer_ms: float) -> None:
+        now = time.monotonic()
+        captured_at = capture_time(buffer_ms, now)
+        utc = time.time() - (now - captured_at)
+        with self._lock:
+            prev = self._latest.captured_at if self._latest is not None else None
+        step = captured_at - prev if prev is not None else 0.0
+        self._publish(_Raw(self._seq + 1, captured_at, utc, None, None, raw), step)
+
+    def dv_source_change(self) -> None:
+        with self._lock:  # the frames of the source before the change are not served again
+            self._latest, self._signal, self._probed = None, None, None
+
+    def dv_fault(self, kind: str, reason: str) -> None:
+        with self._lock:  # a fault ends the session: its last state is no longer the answer
+            self._dv_active, self._probed = False, None
+        self._fail(kind, reason, hard=kind != "stalled")
 
     # ---- the reader thread ------------------------------------------------------------------
 
@@ -366,6 +580,17 @@ class V4L2Capture:
                 self._fail("missing", f"capture device {self.config.device} not found", hard=True)
                 delivered = 0
                 continue
+            try:
+                route = self._route(node)
+            except OSError as e:
+                self._fail("open", f"cannot open {node}: {e.strerror}", hard=True)
+                delivered = 0
+                continue
+            if route is not None:
+                delivered = self._dv_session(route)
+                continue
+            with self._lock:
+                self._path = "uvc"
             cap = self._open(node)
             if cap is None:
                 delivered = 0
@@ -376,6 +601,17 @@ class V4L2Capture:
                 cap.release()  # before any decision to exit, so a successor can open it
                 log.info("capture.closed", node=node, frames=delivered)
         log.info("capture.reader_stop", device=self.config.device)
+
+    def _dv_session(self, route: Route) -> int:
+        with self._lock:
+            # What the last session knew is not this one's answer until it reads the source.
+            self._dv_active, self._path, self._signal = True, "dv", None
+            self._probed = None
+        try:
+            return capture_dv.run_session(self, route, self.config.fourcc, self.config.buffers)
+        finally:
+            with self._lock:
+                self._dv_active = False
 
     def _continue(self, delivered: int) -> bool:
         """Whether to (re)open; pauses first unless the last session delivered frames."""

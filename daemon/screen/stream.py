@@ -18,6 +18,11 @@ error ({code, message, retryable, details}), then the closing boundary, and its 
 A stream asked for while the capture is gone is refused with 503 and the same error. When the
 capture comes back, a new request gets frames again (the Tool Lab reconnects by itself).
 
+No signal (an HDMI bridge whose target is asleep, unplugged, out of range: the error codes of
+capture_dv.SIGNAL_STATES). The stream does not end and never freezes on the last frame: it
+shows a NO SIGNAL picture naming the state (a part like any other, X-Signal-State set), asks
+the capture again every second, and carries on with frames when the source is back.
+
 Who may watch is the routes' business (daemon/transports/stream_http.py).
 
 Each part carries X-Frame-Seq (the source's frame number), X-Timestamp (capture time, Unix
@@ -34,7 +39,7 @@ import json
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -42,6 +47,10 @@ from aiohttp import web
 from daemon.config import StreamConfig
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
+
+if TYPE_CHECKING:
+    from daemon.frames import Image
+from daemon.screen.capture_dv import SIGNAL_STATES
 from daemon.screen.encode import Encoded, encode
 from daemon.wire import query_number
 
@@ -52,6 +61,8 @@ CONTENT_TYPE = f"multipart/x-mixed-replace;boundary={BOUNDARY}"
 MAX_WIDTH_RANGE = (16, 8192)
 FPS_WINDOW_S = 5.0  # delivered fps is averaged over this window
 SEND_BUFFER_MIN, SEND_BUFFER_MAX = 64 << 10, 4 << 20
+NO_SIGNAL_RETRY_S = 1.0  # how often a stream showing NO SIGNAL asks the capture again
+NO_SIGNAL_WIDTH = 1280
 
 
 def _small_send_buffer(request: web.Request, part_bytes: int) -> None:
@@ -91,6 +102,49 @@ def part_bytes(encoded: Encoded, frame: Frame) -> bytes:
         f"X-Captured-Mono: {frame.captured_at:.6f}\r\n\r\n"
     )
     return head.encode("ascii") + encoded.data + b"\r\n"
+
+
+def no_signal_picture(state: str, reason: str, width: int) -> Image:
+    """A dark frame that says NO SIGNAL and why, 16:9, `width` wide."""
+    import cv2
+    import numpy as np
+
+    height = width * 9 // 16
+    image = np.full((height, width, 3), 24, np.uint8)
+    scale = width / 640
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    title = "NO SIGNAL" if state == "no_signal" else state.replace("_", " ").upper()
+    for text, size, y, colour in (
+        (title, 1.6 * scale, 0.45, (255, 255, 255)),
+        (reason[:64], 0.5 * scale, 0.62, (200, 200, 200)),
+    ):
+        thick = max(1, round(size * 2))
+        (tw, _), _ = cv2.getTextSize(text, font, size, thick)
+        org = ((width - tw) // 2, int(height * y))
+        cv2.putText(image, text, org, font, size, colour, thick, cv2.LINE_AA)
+    return image
+
+
+def no_signal_part(error: ToolError, params: Params, seq: int) -> bytes:
+    """The multipart part shown while an HDMI source sends no usable signal."""
+    import cv2
+
+    state = error.code
+    width = min(params.max_width or NO_SIGNAL_WIDTH, NO_SIGNAL_WIDTH)
+    image = no_signal_picture(state, error.message, width)
+    ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, params.quality])
+    assert ok
+    data = jpeg.tobytes()
+    now = time.time()
+    head = (
+        f"--{BOUNDARY}\r\n"
+        "Content-Type: image/jpeg\r\n"
+        f"Content-Length: {len(data)}\r\n"
+        f"X-Signal-State: {state}\r\n"
+        f"X-Frame-Seq: 0\r\n"
+        f"X-Timestamp: {now:.6f}\r\n\r\n"
+    )
+    return head.encode("ascii") + data + b"\r\n"
 
 
 def error_part(error: ToolError) -> bytes:
@@ -174,6 +228,7 @@ class Counters:
     dropped: int = 0
     stalled_viewers: int = 0
     ended_by_capture_loss: int = 0
+    no_signal_parts: int = 0
 
 
 class StreamHub:
@@ -218,6 +273,7 @@ class StreamHub:
             "frames_dropped": c.dropped,
             "stalled_viewers": c.stalled_viewers,
             "ended_by_capture_loss": c.ended_by_capture_loss,
+            "no_signal_parts": c.no_signal_parts,
         }
 
     # ---- viewers ----------------------------------------------------------------------------
@@ -308,7 +364,18 @@ class StreamHub:
                 # The newest frame once per interval (never the same one twice).
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 newer = last.captured_at if last is not None else None
-                frame = await self.source.frame(newer_than=newer, timeout=self.frame_timeout_s)
+                try:
+                    frame = await self.source.frame(newer_than=newer, timeout=self.frame_timeout_s)
+                except ToolError as exc:
+                    if exc.code not in SIGNAL_STATES:
+                        raise
+                    seq += 1
+                    data = await asyncio.to_thread(no_signal_part, exc, params, seq)
+                    feed.publish(Part(seq, time.monotonic(), data))
+                    self.counters.no_signal_parts += 1
+                    last = None
+                    due = time.monotonic() + NO_SIGNAL_RETRY_S
+                    continue
                 encoded = await asyncio.to_thread(
                     encode, frame, quality=params.quality, max_width=params.max_width
                 )

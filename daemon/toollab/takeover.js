@@ -96,6 +96,10 @@ async function watch(signal) {
 
 function showFrame(blob, headers) {
   const img = $("screen");
+  // An HDMI source that sends nothing usable: the picture says NO SIGNAL, the note says which.
+  const signal = headers.get("x-signal-state");
+  liveNote(signal ? `live · ${signal.replace(/_/g, " ")}` : "live");
+  img.dataset.signal = signal || "";
   const old = img.src;
   img.src = URL.createObjectURL(blob);
   if (old.startsWith("blob:")) URL.revokeObjectURL(old);

@@ -13,6 +13,7 @@ from daemon.catalog import (
     object_schema,
 )
 from daemon.runtime import Runtime
+from daemon.screen.capture_dv import REMEDIATION, SIGNAL_STATES
 from daemon.screen.options import SHOT, STABLE, ShotOptions, StableOptions
 
 SCREENSHOT_FIELDS: dict[str, Any] = {
@@ -51,9 +52,21 @@ STABLE_ARGS = object_schema(
 
 
 def capture_availability(rt: Runtime) -> Availability:
-    ok, reason = rt.backend.frames.available()
+    frames = rt.backend.frames
+    ok, reason = frames.available()
     if ok:
         return AVAILABLE
+    # An HDMI bridge's state is its own code (no_signal, ...; daemon/screen/capture_dv.py).
+    state = getattr(frames, "state", None) if hasattr(frames, "capture_status") else None
+    if state in SIGNAL_STATES:
+        return Availability(
+            False,
+            state,
+            reason,
+            required_state="the target sending video to the HDMI bridge",
+            remediation=REMEDIATION[state],
+            retryable=True,
+        )
     return Availability(
         False,
         "capture_unavailable",

@@ -47,6 +47,10 @@ def health_tool(rt: Runtime) -> ToolSpec:
 
     async def health(args: dict[str, Any], ctx: CallContext) -> Any:
         capture_ok, capture_reason = frames.available()
+        capture: dict[str, Any] = {"available": capture_ok, "reason": capture_reason}
+        capture_status = getattr(frames, "capture_status", None)  # a capture device's state
+        if callable(capture_status):
+            capture.update(capture_status())
         extra = {"hid": board_status()} if board_status is not None else {}
         extra.update({name: section() for name, section in rt.status.items()})
         return {
@@ -59,7 +63,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
             "backend": backend,
             "profile": profiles.profile,
             "run_state": run_state.state,
-            "capture": {"available": capture_ok, "reason": capture_reason},
+            "capture": capture,
             "keyboard": keyboard(),
         }
 
@@ -67,7 +71,10 @@ def health_tool(rt: Runtime) -> ToolSpec:
         name="health_check",
         title="Health Check",
         description="Report that the daemon is up: version, uptime, target type, backend, live "
-        "USB profile, run state, whether screen capture is available, and the keyboard: the "
+        "USB profile, run state, whether screen capture is available (for a capture device: "
+        "its state, one of no_device, no_cable, no_signal, no_sync, out_of_range, streaming, "
+        "with the source's timings, and for an HDMI bridge the EDID it was given), and the "
+        "keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
         "its last LED report set them (null before its first), the live stream's viewers, "
         "delivered fps and dropped frames, on-device OCR (on or off, its worker process "

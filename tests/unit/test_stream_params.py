@@ -117,3 +117,45 @@ def test_stream_bounds_that_contradict_each_other_are_a_config_error(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"<mapping>: stream: {message}")):
         from_mapping({"stream": stream})
+
+
+class SignalSource:
+    """A scripted FrameSource (a fake: no HDMI bridge runs here) that answers no_signal until
+    `back` is set, then frames."""
+
+    def __init__(self) -> None:
+        self.back = False
+        self.asked = 0
+
+    async def frame(self, *, newer_than: float | None = None, timeout: float = 2.0) -> Frame:
+        self.asked += 1
+        if not self.back:
+            raise ToolError("no_signal", "no signal: the target sends no video", retryable=True)
+        image = np.full((90, 160, 3), 200, np.uint8)
+        return Frame(image, self.asked, time.monotonic(), time.time())
+
+    def available(self) -> tuple[bool, str]:
+        return self.back, "" if self.back else "no signal"
+
+
+async def test_no_signal_is_a_picture_in_the_stream_then_frames_when_the_source_is_back() -> None:
+    source = SignalSource()
+    hub = StreamHub(source, CONFIG, 1.0)
+    feed = hub.join(Params(30.0, 70, 640))
+    part = await feed.after(0)
+    assert part is not None and b"X-Signal-State: no_signal" in part.data
+    jpeg = part.data.split(b"\r\n\r\n", 1)[1].removesuffix(b"\r\n")
+    picture = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert picture.shape == (360, 640, 3)
+    assert picture.max() > 200 and np.median(picture) < 40  # white words on a dark frame
+    assert feed.ended is None and hub.counters.no_signal_parts == 1
+    source.back = True
+    while True:  # the pump asks again within NO_SIGNAL_RETRY_S: a frame, not another picture
+        part = await feed.after(part.seq)
+        assert part is not None
+        if b"X-Signal-State" not in part.data:
+            break
+    assert b"X-Frame-Seq: " in part.data and hub.counters.encoded == 1
+    assert hub.metrics()["no_signal_parts"] >= 1
+    hub.leave(feed)
+    await hub.close()

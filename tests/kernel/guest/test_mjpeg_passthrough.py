@@ -1,0 +1,117 @@
+"""A UVC-like MJPEG source through v4l2loopback: the capture serves the device's own JPEG bytes
+(passthrough), decoding nothing for a screenshot that needs no resize (guest only).
+
+vivid has no MJPEG; v4l2loopback carries any format a writer sets. The module is the one the
+desktop tier builds (tests/desktop/setup.py) into the kernel share: without it this test is
+skipped, saying so. The writer is this test: it sets MJPG on the loopback's output side and
+writes known JPEG frames, each a different picture, as a grabber's firmware would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from usbhost import SLOWNESS
+
+from daemon.config import CaptureConfig
+from daemon.screen import v4l2
+from daemon.screen.capture import V4L2Capture
+from daemon.screen.encode import encode
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("FINGERTIP_KERNEL_GUEST"), reason="runs inside the kernel-test VM"
+)
+
+NODE = "/dev/video20"
+WIDTH, HEIGHT = 640, 360
+
+
+def loopback_module() -> Path:
+    root = Path(os.environ.get("FINGERTIP_KERNEL_ROOT", "/nonexistent"))
+    return root / "lib/modules" / os.uname().release / "extra/v4l2loopback.ko"
+
+
+def jpegs(count: int) -> list[bytes]:
+    out = []
+    for i in range(count):
+        image = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+        image[:, : WIDTH * (i + 1) // count] = (40 * i % 256, 200, 90)
+        cv2.putText(image, f"frame {i}", (40, 200), cv2.FONT_HERSHEY_SIMPLEX, 3, (255,) * 3, 5)
+        out.append(cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 80])[1].tobytes())
+    return out
+
+
+class MjpegWriter:
+    """The loopback's producer: MJPG frames written one per write(), round and round."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+        self.fd = os.open(NODE, os.O_RDWR)
+        fmt = v4l2.Format(type=v4l2.BUF_TYPE_VIDEO_OUTPUT)
+        v4l2.ioctl(self.fd, v4l2.G_FMT, fmt)
+        pix = fmt.fmt.pix
+        pix.width, pix.height, pix.pixelformat = WIDTH, HEIGHT, v4l2.fourcc("MJPG")
+        pix.field, pix.bytesperline = v4l2.FIELD_NONE, 0
+        pix.sizeimage = max(len(f) for f in frames) + 4096
+        v4l2.ioctl(self.fd, v4l2.S_FMT, fmt)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            os.write(self.fd, self.frames[i % len(self.frames)])
+            i += 1
+            self.stop.wait(1 / 15)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="module")
+def writer() -> Iterator[MjpegWriter]:
+    ko = loopback_module()
+    if not ko.exists():
+        pytest.skip(f"{ko} is not built (the desktop tier's setup builds it: make desktop-test)")
+    if not os.path.exists(NODE):
+        subprocess.run(
+            ["insmod", str(ko), "video_nr=20", "card_label=MJPEG grabber", "exclusive_caps=1"],
+            check=True,
+            capture_output=True,
+        )
+    w = MjpegWriter(jpegs(5))
+    try:
+        yield w
+    finally:
+        w.close()
+        subprocess.run(["rmmod", "v4l2loopback"], check=False, capture_output=True)
+
+
+async def test_mjpeg_frames_are_served_as_the_devices_own_bytes(writer: MjpegWriter) -> None:
+    config = CaptureConfig(
+        device=NODE, width=WIDTH, height=HEIGHT, fps=15.0, fourcc="MJPG", idle_stop_s=5.0
+    )
+    cap = V4L2Capture(config)
+    try:
+        frame = await cap.frame(timeout=20 * SLOWNESS)
+        assert cap.capture_status()["path"] == "uvc"  # no DV timings: the OpenCV path
+        assert frame.jpeg is not None, "the JPEG was decoded and dropped, not passed through"
+        assert frame.jpeg in writer.frames  # byte for byte what the source wrote
+        assert frame.image.shape == (HEIGHT, WIDTH, 3)
+        shot = encode(frame, fmt="jpeg", quality=80, max_width=None, scale=None)
+        assert shot.data is frame.jpeg  # the screenshot is the device's JPEG, not a re-encode
+        later = await cap.frame(newer_than=time.monotonic(), timeout=10 * SLOWNESS)
+        assert later.jpeg in writer.frames and later.seq > frame.seq
+    finally:
+        cap.close()

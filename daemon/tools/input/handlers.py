@@ -50,6 +50,8 @@ from daemon.tools.input.platforms import (
 )
 
 log = structlog.get_logger("daemon.tools.input")
+# The gestures a mouse button other than left can make: a click, a double click, a press moved.
+BUTTON_GESTURES = ("tap", "double_tap", "swipe")
 
 
 def refuse_drag_type(args: Any) -> None:
@@ -178,6 +180,12 @@ class InputTools:
         """The gesture's program. Which fields are present per kind is the schema's if/then
         rules (checked before this runs), hence the asserts."""
         cfg, ptr, space = self.cfg, self.pointer, args.coord_space
+        button = args.button or "left"
+        if button != "left" and kind not in BUTTON_GESTURES:
+            raise invalid(
+                "$.button",
+                f"button {button!r} applies to {', '.join(BUTTON_GESTURES)}, not {kind}",
+            )
         if kind == "actions":
             assert args.actions is not None
             actions = []
@@ -190,6 +198,7 @@ class InputTools:
             return prog.atomic(cfg, ptr, actions, at), {"actions": len(actions)}
         if kind not in gestures_for(self.platform):
             raise invalid("$.type", f"{kind!r} is not a gesture on {self.platform}")
+        buttoned = {"button": button} if args.button is not None else {}
         if kind == "swipe":
             assert args.start is not None
             start = await self.point(args.start, "$.start", space)
@@ -208,15 +217,16 @@ class InputTools:
                 "start": s.start.to_dict(),
                 "end": s.end.to_dict(),
                 "move_ms": round(s.duration_ms),
+                **buttoned,
             }
-            return prog.swipe(cfg, ptr, s, at), info
+            return prog.swipe(cfg, ptr, s, at, button), info
         assert args.point is not None
         p = await self.point(args.point, "$.point", space)
         info = {"point": p.to_dict()}
         if kind == "tap":
-            return prog.tap(cfg, ptr, p, at), info
+            return prog.tap(cfg, ptr, p, at, button), {**info, **buttoned}
         if kind == "double_tap":
-            return prog.double_tap(cfg, ptr, p, at), info
+            return prog.double_tap(cfg, ptr, p, at, button), {**info, **buttoned}
         if kind == "long_press":
             return prog.long_press(cfg, ptr, p, args.duration_ms, at), info
         assert args.direction is not None
@@ -236,18 +246,21 @@ class InputTools:
 
     async def drag_start(self, args: DragStartArgs, ctx: CallContext) -> Any:
         cfg, ptr = self.cfg, self.pointer
+        button = args.button or "left"
         async with self.engine.invocation("drag_start", drag="start") as s:
             start = await self.point(args.point, "$.point", args.coord_space)
             to = prog.drag_away(start, args.direction)
             baseline = await self.baseline()
-            await s.run(prog.drag_start(cfg, ptr, start, to, s.pointer_at))
+            await s.run(prog.drag_start(cfg, ptr, start, to, s.pointer_at, button))
             shot = await self.evidence(baseline, wait=True)
             output: dict[str, Any] = {"ok": True, "start": start.to_dict(), "at": to.to_dict()}
+            if args.button is not None:
+                output["button"] = button
             if shot.get("screen_stable") is True:
-                s.keep_contact(start, to)
+                s.keep_contact(start, to, button)
                 return {"action_output": output, **shot, "drag": self.engine.drag_dict()}
             # Not stable (or no screen): undo, and show the screen as it is after the undo.
-            await s.run(prog.drag_cancel(cfg, ptr, to, start))
+            await s.run(prog.drag_cancel(cfg, ptr, to, start, button))
             await s.finish()
             output["released"] = True
             after = await self.evidence(baseline, wait=False)
@@ -260,7 +273,7 @@ class InputTools:
             assert drag is not None
             to = await self.point(args.point, "$.point", args.coord_space)
             baseline = await self.baseline()
-            await s.run(prog.drag_release(self.cfg, self.pointer, drag.at, to))
+            await s.run(prog.drag_release(self.cfg, self.pointer, drag.at, to, drag.button))
             await s.finish()
             shot = await self.evidence(baseline, wait=True)
         output = {"ok": True, "start": drag.start.to_dict(), "released_at": to.to_dict()}

@@ -7,6 +7,9 @@ from typing import Any
 
 PHONES = ("ios", "android")
 MOUSE_PLATFORMS = frozenset({"ios", "macos", "windows", "linux"})
+# Computers: their pointer is a mouse with right, middle, back and forward buttons (iOS's
+# AssistiveTouch pointer is a finger, phones have a touchscreen).
+BUTTON_PLATFORMS = frozenset({"macos", "windows", "linux"})
 PHONE_GESTURES = ("tap", "double_tap", "long_press", "swipe", "scroll")
 # A held left button means nothing on a desktop, so long_press is a phone gesture.
 DESKTOP_GESTURES = ("tap", "double_tap", "swipe", "scroll")

@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import json
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp

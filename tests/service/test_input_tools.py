@@ -621,3 +621,21 @@ async def test_phones_list_no_mouse_buttons(make_daemon: Make) -> None:
     args = {"type": "tap", "point": {"x": 1, "y": 1}, "button": "right"}
     status, body, _ = await call(d, "touch_gesture", args)
     assert status == 400 and body["error"]["code"] == "tool_arguments_invalid", body
+
+
+async def test_clear_on_a_pc_desktop_selects_the_line_and_checks_the_screen(
+    make_daemon: Make,
+) -> None:
+    """enter_text's clear on Linux: Home, Shift+End, Backspace (Ctrl+A selects all only where
+    the app binds it), then the field's row read: it shows the new text alone."""
+    d = start(make_daemon, "linux")
+    await ok(d, "touch_gesture", {"type": "tap", "point": tile("linux", "Notes")})
+    await ok(d, "enter_text", {"point": FIELD, "text": "Old value"})
+    out = await ok(d, "enter_text", {"point": FIELD, "text": "fresh", "clear": True})
+    clear = out["action_output"]["clear"]
+    assert clear["keys"] == "home, shift+end, backspace"
+    assert clear["read"] == "fresh" and clear["verified"] is True, clear
+    assert "read_first" not in clear  # nothing was left to delete one by one
+    st = await state(d)
+    assert st["texts"]["Notes"] == "fresh" and held(st) == NOTHING_HELD
+    assert "key shift+end" in st["events"] and not any("select_all" in e for e in st["events"])

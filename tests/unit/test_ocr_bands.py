@@ -110,6 +110,7 @@ def readers() -> tuple[Any, Any]:
 
 
 DESKTOPS = {s.name: s for s in desktop_screens()}
+EDGE = 4  # rows: a line this near the region's top or bottom is cut by the region
 
 
 @needs_engine
@@ -136,6 +137,8 @@ def test_a_banded_read_gives_each_line_once_and_whole(
         for b in got[i + 1 :]:
             assert not overlap(a.box, b.box), f"read twice ({where}): {a}, {b}"
     for line in want:
+        if line.box[1] < EDGE or line.box[3] > height - 1 - EDGE:
+            continue  # cut by the region itself: what is read of it varies with the context
         seen = [g for g in got if overlap(g.box, line.box)]
         assert len(seen) == 1, f"{line.text!r} read {len(seen)} times ({where}): {seen}"
         (g,) = seen

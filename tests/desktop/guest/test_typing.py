@@ -14,7 +14,7 @@ from desktop import Fingertip, centre, evidence, normalized
 SENTENCES = {
     "us": "The quick brown fox jumps over the lazy dog. 0123456789 "
     "!@#$%^&*()_+-=[]{};:'\",./<>?\\|`~",
-    "de": "Größe: 5 € für Äpfel & Birnen @ Müller; {x} [y] \\ | ~ µ ² ³ â é è ô ß ÄÖÜ ^ `",
+    "de": "Größe: 5 € für Äpfel & Birnen @ Müller; {x} [y] \\ | ~ µ ² ³ â é è ô ß ÄÖÜ ^ ` ´ ¨",
     "fr": "Où êtes-vous ? À côté de l'île, près du château : 3 € & 2 @ {#} [|] \\ ^ ` ~ "
     "ç à é è ù ï",
 }

@@ -29,16 +29,18 @@ _MS = {"type": "integer", "minimum": 0, "maximum": 60000}
 SPEED = {"type": "number", "minimum": prog.MIN_SPEED, "maximum": 100000}
 
 
-BUTTON = {
-    "enum": list(prog.BUTTONS),
-    "description": "the mouse button (default left): right opens a context menu, middle pastes "
-    "the selection on Linux, back and forward are the mouse's side buttons",
-}
-
-
 def _buttons(platform: str) -> dict[str, Any]:
-    """The `button` property where the target's pointer is a computer's mouse, else none."""
-    return {"button": BUTTON} if platform in BUTTON_PLATFORMS else {}
+    """The `button` property: a computer's mouse buttons, or only the primary contact (left)
+    where the pointer is a finger (phones, iOS's AssistiveTouch)."""
+    if platform in BUTTON_PLATFORMS:
+        return {
+            "button": {
+                "enum": list(prog.BUTTONS),
+                "description": "the mouse button (default left): right opens a context menu, "
+                "middle pastes the selection on Linux, back and forward are the side buttons",
+            }
+        }
+    return {"button": {"enum": ["left"], "description": "the contact (a finger: no other)"}}
 
 
 def _atomic_action_schema() -> dict[str, Any]:

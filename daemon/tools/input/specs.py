@@ -145,7 +145,11 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "enter_text",
             title="Enter Text",
             description="Tap the text field at point to focus it, then type text (optionally "
-            "clear: select all and delete first; submit: press Enter after)."
+            "clear: empty it first; submit: press Enter after). clear selects and deletes with "
+            "the target's keys (Cmd+A on Apple, Ctrl+A on Android, Home then Shift+End on "
+            "Windows and Linux, whose Ctrl+A is select-all only where the app binds it); with "
+            "OCR on, the field's row is then read: old text still beside the new is deleted "
+            "key by key and the text typed again (action_output.clear: keys, read, verified)."
             + typing_note
             + " Returns "
             "action_output, screen_changed (when a baseline existed) and a short-delay "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -62,20 +63,26 @@ FIELD_ROW_SHARE = 0.04
 MAX_CLEAR_DELETES = 200
 # How alike what OCR read and what was typed must be to count as the same text (OCR misreads a
 # letter now and then); the old text beside the new makes them far less alike.
-READS_AS = 0.8
+READS_AS = 0.75
+READ_SLACK = 0.1  # and may read this share longer (a letter split in two)
 
 
 def _plain(text: str) -> str:
-    return "".join(text.split()).casefold()
+    """Text as compared: no spaces, lower case, no accents (OCR drops them now and then)."""
+    bare = unicodedata.normalize("NFKD", "".join(text.split()).lower())
+    return "".join(c for c in bare if not unicodedata.combining(c))
 
 
 def likeness(read: str, typed: str) -> float:
-    """How alike OCR's `read` and the `typed` text are, 0..1, spaces and case aside. Pure."""
+    """How alike OCR's `read` and the `typed` text are, 0..1. Pure."""
     return difflib.SequenceMatcher(None, _plain(read), _plain(typed)).ratio()
 
 
 def reads_as(read: str, typed: str) -> bool:
-    return likeness(read, typed) >= READS_AS
+    """Whether OCR's `read` is the `typed` text alone: alike, and no longer (old text left
+    beside the new makes it longer). Pure."""
+    longest = len(_plain(typed)) * (1 + READ_SLACK) + 1
+    return likeness(read, typed) >= READS_AS and len(_plain(read)) <= longest
 
 
 # The gestures a mouse button other than left can make: a click, a double click, a press moved.

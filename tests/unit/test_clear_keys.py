@@ -26,3 +26,6 @@ def test_the_new_text_alone_reads_as_typed_and_beside_the_old_does_not() -> None
     assert not reads_as("Old valuAda", "Ada")  # one letter deleted, the new text after
     assert not reads_as("AdaOld value", "Ada")  # Ctrl+A at the line's start, typed before
     assert not reads_as("Old value", "Ada")
+    # A label beside the field is a word apart.
+    assert reads_as("Name Jurgen GroB", "Jürgen Groß") and reads_as("Plain Ada Term", "Ada")
+    assert not reads_as("Plain Old valuAda Term", "Ada")

@@ -79,10 +79,17 @@ def likeness(read: str, typed: str) -> float:
 
 
 def reads_as(read: str, typed: str) -> bool:
-    """Whether OCR's `read` is the `typed` text alone: alike, and no longer (old text left
-    beside the new makes it longer). Pure."""
+    """Whether OCR's line `read` holds the `typed` text as words of their own: a label beside
+    the field is a word apart, while old text a clear left is glued to the new ("Old valuAda":
+    typing goes on at the caret). Alike, and no longer (OCR misreads a letter now and then).
+    Pure."""
+    words, n = read.split(), len(typed.split())
     longest = len(_plain(typed)) * (1 + READ_SLACK) + 1
-    return likeness(read, typed) >= READS_AS and len(_plain(read)) <= longest
+    for i in range(len(words) - n + 1):
+        run = " ".join(words[i : i + n])
+        if likeness(run, typed) >= READS_AS and len(_plain(run)) <= longest:
+            return True
+    return False
 
 
 # The gestures a mouse button other than left can make: a click, a double click, a press moved.

@@ -19,6 +19,7 @@ holding any, and back on after).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -112,6 +113,22 @@ def load(name: str, family: str) -> Layout:
     return Layout(name, family, entry["description"], one["xkb"], chars, frozenset(one["caps"]))
 
 
+@functools.cache
 def for_target(name: str, platform: str) -> Layout:
-    """The layout `name` as a target of `platform` reads it."""
-    return load(name, family_of(platform))
+    """The layout `name` as a target of `platform` reads it. A standalone accent the data types
+    as its dead key twice (X's Compose table: ´ is dead acute twice, dead acute then space being
+    an apostrophe there) is the dead key then space on other systems: Windows types the accent
+    twice for a dead key twice, and Windows, macOS, iOS and Android all give the accent for a
+    dead key then space."""
+    layout = load(name, family_of(platform))
+    if platform == "linux":
+        return layout
+    space = (SPACE_USAGE, 0)
+    chars = {
+        ch: (strokes[0], space) if len(strokes) == 2 and strokes[0] == strokes[1] else strokes
+        for ch, strokes in layout.chars.items()
+    }
+    return dataclasses.replace(layout, chars=chars)
+
+
+SPACE_USAGE = 0x2C  # the HID keyboard page's space bar

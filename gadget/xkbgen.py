@@ -17,7 +17,8 @@ How a layout becomes data:
   the ISO key (between left Shift and Z) comes after all others, as US keyboards lack it.
 - A character no stroke gives may still come from a dead key then a base key: the Compose
   table's two-keysym sequences that start with a dead key (`<dead_acute> <e> : "é"`), when
-  both keysyms are typable with one stroke each.
+  both keysyms are typable with one stroke each; where nothing else types it, the dead key
+  twice (`<dead_acute> <dead_acute> : "´"`: Swiss German's and Spanish's standalone accents).
 - `caps`: the characters whose strokes give something else while Caps Lock is on (XKB's own
   key types say which keys Lock affects).
 
@@ -121,7 +122,8 @@ def compose_pairs(path: Path = COMPOSE) -> list[tuple[str, str, str]]:
             continue
         dead, base, text = m.groups()
         text = re.sub(r"\\(.)", r"\1", text)  # \" and \\ are the file's only escapes
-        if len(text) == 1 and text.isprintable() and not base.startswith("dead_"):
+        # A dead key pressed twice gives its accent alone (<dead_acute> <dead_acute>: ´).
+        if len(text) == 1 and text.isprintable() and (base == dead or not base.startswith("dead_")):
             pairs.append((dead, base, text))
     return pairs
 
@@ -172,8 +174,10 @@ def build_one(name: str, family: str, spec: str, pairs: list[tuple[str, str, str
             if locked:
                 sensitive.add(ch)
     composed: dict[str, tuple[int, list[int], bool]] = {}
-    for dead, base, ch in pairs:
-        if ch in chars:
+    # A dead key twice only for what nothing else types (German ^ stays dead key then space):
+    # Swiss German's and Spanish's standalone ´ and ¨.
+    for dead, base, ch in sorted(pairs, key=lambda p: p[0] == p[1]):
+        if ch in chars or (dead == base and ch in composed):
             continue
         d, b = xkb.keysym_from_name(dead), xkb.keysym_from_name(base)
         if d not in by_sym or b not in by_sym:

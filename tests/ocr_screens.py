@@ -164,3 +164,50 @@ def centered_in(box: tuple[int, int, int, int], drawn: tuple[int, int, int, int]
     """Whether `box`'s center lies inside the `drawn` box (both x0, y0, x1, y1 pixels)."""
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     return drawn[0] <= cx <= drawn[2] and drawn[1] <= cy <= drawn[3]
+
+
+DESKTOP_WORDS = (
+    "Plain Bold Italic Underline",
+    "Name Address Country",
+    "Submit Cancel Apply",
+    "Notes Settings Preferences",
+    "Open Save Close",
+    "Window Help Edit",
+    "Fruit Apple Banana Cherry",
+    "Volume Brightness Contrast",
+    "Search Results Filter",
+    "Account Profile Logout",
+    "Update Download Install",
+    "Keyboard Mouse Display",
+)
+
+
+def desktop_screens() -> Iterator[Screen]:
+    """1024x768 desktop frames as a Tk form draws them: a grey window, labels and white
+    fields, rows of text in one font size per frame (a UI's 12 px up to a large font's 40 px,
+    tightly and loosely spaced), each line numbered."""
+    sizes = (("small", 0.55, 26), ("medium", 0.8, 34), ("large", 1.3, 52), ("huge", 1.6, 60))
+    for name, scale, pitch in sizes:
+        img = np.full((768, 1024, 3), (217, 217, 217), np.uint8)  # Tk's default grey
+        words: list[DrawnWord] = []
+        thick = max(1, round(scale * 2))
+        y, row = 40 + pitch, 0
+        while y < 750:
+            phrase = f"{DESKTOP_WORDS[row % len(DESKTOP_WORDS)]} {row + 1}"
+            x = 24 + (row * 37) % 120
+            field = row % 3 == 1  # a white entry behind every third row
+            (tw, above), below = cv2.getTextSize(phrase, FONTS[0], scale, thick)
+            if field:
+                corner = (x + tw + 6, y + below + 4)
+                cv2.rectangle(img, (x - 6, y - above - 6), corner, (255, 255, 255), -1)
+            cv2.putText(img, phrase, (x, y), FONTS[0], scale, (20, 20, 20), thick, cv2.LINE_AA)
+            pos = 0
+            for word in phrase.split():
+                start = phrase.index(word, pos)
+                pos = start + len(word)
+                x0 = x + cv2.getTextSize(phrase[:start], FONTS[0], scale, thick)[0][0]
+                x1 = x0 + cv2.getTextSize(word, FONTS[0], scale, thick)[0][0]
+                words.append(DrawnWord(word, (x0, y - above, x1, y + below)))
+            y += pitch + (row % 2) * pitch // 3
+            row += 1
+        yield Screen(f"desktop {name}", img, tuple(words))

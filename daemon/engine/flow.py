@@ -93,6 +93,7 @@ class Drag:
     start: Point
     at: Point
     expires: float  # monotonic
+    button: str = "left"  # the mouse button held
     token_id: str = ""  # the token of the call that began it (a rotation ends it early)
 
 
@@ -194,13 +195,14 @@ class HidInvocation:
         wait = self.engine.cfg.caps_lock_wait_ms / 1000
         return await self.engine.hid.wait_led_report(after, wait)
 
-    def keep_contact(self, start: Point, at: Point) -> None:
+    def keep_contact(self, start: Point, at: Point, button: str = "left") -> None:
         """drag_start confirmed: the contact outlives this invocation, for `drag_limit_s`."""
         self._keep_contact = True
         engine = self.engine
         ticket = invocations.current.get()
         token_id = ticket.token_id if ticket is not None else ""
-        engine.begin_drag(Drag(start, at, time.monotonic() + engine.cfg.drag_limit_s, token_id))
+        expires = time.monotonic() + engine.cfg.drag_limit_s
+        engine.begin_drag(Drag(start, at, expires, button, token_id))
 
     async def finish(self) -> None:
         """Release whatever may be held and restore `full`; idempotent. The invocation's end
@@ -482,6 +484,7 @@ class InputEngine:
         return {
             "start": d.start.to_dict(),
             "at": d.at.to_dict(),
+            "button": d.button,
             "expires_in_s": round(max(0.0, d.expires - time.monotonic()), 1),
         }
 
@@ -515,7 +518,7 @@ class InputEngine:
                 d = self.drag
                 assert d is not None
                 log.warning("drag_expired", start=d.start.to_dict(), at=d.at.to_dict())
-                await s.run(prog.drag_cancel(self.cfg, self.pointer, d.at, d.start))
+                await s.run(prog.drag_cancel(self.cfg, self.pointer, d.at, d.start, d.button))
         except ToolError as e:
             log.warning("drag_expiry_failed", code=e.code, reason=e.message)
 

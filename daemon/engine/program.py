@@ -54,6 +54,16 @@ MAX_PROGRAM_STEPS = 20_000
 # the contact for minutes (a full-screen swipe at 10 units/s takes 100 s).
 MIN_SPEED = 10.0
 
+# A computer mouse's buttons by name (the gadget's mouse has five: left, right, middle, and
+# back/forward as buttons 4 and 5, evdev BTN_SIDE and BTN_EXTRA, as mice send them).
+BUTTONS: dict[str, int] = {
+    "left": reports.BUTTON_LEFT,
+    "right": reports.BUTTON_RIGHT,
+    "middle": reports.BUTTON_MIDDLE,
+    "back": reports.BUTTON_BACK,
+    "forward": reports.BUTTON_FORWARD,
+}
+
 Direction = Literal["up", "down", "left", "right"]
 DIRECTIONS: dict[str, tuple[int, int]] = {
     "up": (0, -1),
@@ -163,9 +173,18 @@ class Pointer:
             return Pointer("touchscreen", 0.0)
         return Pointer("mouse", cfg.ios_cursor_settle_ms if platform == "ios" else 0.0)
 
-    def report(self, x: int, y: int, down: bool, wheel: int = 0, pan: int = 0) -> bytes:
+    def report(
+        self,
+        x: int,
+        y: int,
+        down: bool,
+        wheel: int = 0,
+        pan: int = 0,
+        button: int = reports.BUTTON_LEFT,
+    ) -> bytes:
+        """The report of a contact at (x, y); a mouse's contact is `button` held."""
         if self.kind == "mouse":
-            return reports.mouse(reports.BUTTON_LEFT if down else 0, x, y, wheel, pan)
+            return reports.mouse(button if down else 0, x, y, wheel, pan)
         return reports.touch([reports.Contact(id=0, x=x, y=y, tip=down)])
 
 
@@ -191,10 +210,19 @@ class PointerTimeline:
     """Builds one pointer program step by step; `t` is the running deadline offset."""
 
     def __init__(
-        self, cfg: InputConfig, pointer: Pointer, at: Point | None = None, *, down: bool = False
+        self,
+        cfg: InputConfig,
+        pointer: Pointer,
+        at: Point | None = None,
+        *,
+        down: bool = False,
+        button: str = "left",
     ):
+        if button != "left" and pointer.kind != "mouse":
+            raise ValueError(f"a touchscreen has no {button} button")
         self.cfg = cfg
         self.pointer = pointer
+        self.button = BUTTONS[button]  # the mouse button a contact holds
         self.t = 0.0
         self.at = at  # where the pointer was last sent (None: unknown)
         self.down = down
@@ -207,7 +235,8 @@ class PointerTimeline:
 
     def _emit(self, p: Point) -> None:
         x, y = self.pointer.abs(p)
-        self.steps.append(Step(self.t, "pointer", self.pointer.report(x, y, self.down)))
+        report = self.pointer.report(x, y, self.down, button=self.button)
+        self.steps.append(Step(self.t, "pointer", report))
         self.at = p
 
     def _emit_beside(self, p: Point) -> None:
@@ -215,7 +244,8 @@ class PointerTimeline:
         but a change the host cannot drop (see hover)."""
         x, y = self.pointer.abs(p)
         nx, ny = (v - 1 if v > 0 else v + 1 for v in (x, y))
-        self.steps.append(Step(self.t, "pointer", self.pointer.report(nx, ny, self.down)))
+        report = self.pointer.report(nx, ny, self.down, button=self.button)
+        self.steps.append(Step(self.t, "pointer", report))
 
     def wait(self, ms: float) -> PointerTimeline:
         bound(self.t + ms, len(self.steps))
@@ -285,7 +315,7 @@ class PointerTimeline:
             raise ValueError("the wheel needs a mouse at a known position")
         x, y = self.pointer.abs(self.at)
         sign = 1 if ticks > 0 else -1
-        buttons = reports.BUTTON_LEFT if self.down else 0
+        buttons = self.button if self.down else 0
         for i in range(abs(ticks)):
             if i:
                 self.wait(self.cfg.wheel_interval_ms)
@@ -294,12 +324,18 @@ class PointerTimeline:
         return self
 
 
-def tap(cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None) -> Program:
-    return PointerTimeline(cfg, ptr, at).press(p).wait(cfg.tap_hold_ms).release().steps
+def tap(
+    cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None, button: str = "left"
+) -> Program:
+    """A tap; on a mouse a click of `button`."""
+    tl = PointerTimeline(cfg, ptr, at, button=button)
+    return tl.press(p).wait(cfg.tap_hold_ms).release().steps
 
 
-def double_tap(cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None) -> Program:
-    tl = PointerTimeline(cfg, ptr, at).press(p).wait(cfg.tap_hold_ms).release()
+def double_tap(
+    cfg: InputConfig, ptr: Pointer, p: Point, at: Point | None = None, button: str = "left"
+) -> Program:
+    tl = PointerTimeline(cfg, ptr, at, button=button).press(p).wait(cfg.tap_hold_ms).release()
     tl.wait(cfg.double_tap_gap_ms).press(p).wait(cfg.tap_hold_ms).release()
     return tl.steps
 
@@ -366,9 +402,12 @@ def _bounded(s: Swipe, duration_ms: float | None) -> Swipe:
     return s
 
 
-def swipe(cfg: InputConfig, ptr: Pointer, s: Swipe, at: Point | None = None) -> Program:
-    """Touch down, dwell (at least swipe_hold_before_ms), move in steps, dwell, lift."""
-    tl = PointerTimeline(cfg, ptr, at).press(s.start)
+def swipe(
+    cfg: InputConfig, ptr: Pointer, s: Swipe, at: Point | None = None, button: str = "left"
+) -> Program:
+    """Touch down (on a mouse: `button` down), dwell (at least swipe_hold_before_ms), move in
+    steps, dwell, lift."""
+    tl = PointerTimeline(cfg, ptr, at, button=button).press(s.start)
     tl.wait(max(s.hold_before_ms, cfg.swipe_hold_before_ms))
     tl.move(s.end, s.duration_ms, s.steps)
     return tl.wait(s.hold_after_ms).release().steps
@@ -472,22 +511,32 @@ def _clamp(v: float) -> float:
 
 
 def drag_start(
-    cfg: InputConfig, ptr: Pointer, start: Point, to: Point, at: Point | None = None
+    cfg: InputConfig,
+    ptr: Pointer,
+    start: Point,
+    to: Point,
+    at: Point | None = None,
+    button: str = "left",
 ) -> Program:
-    """Press, hold 500 ms, move to `to` at 500 units/s; the contact stays down."""
-    tl = PointerTimeline(cfg, ptr, at).press(start).wait(DRAG_HOLD_MS)
+    """Press (`button` on a mouse), hold 500 ms, move to `to` at 500 units/s; the contact
+    stays down."""
+    tl = PointerTimeline(cfg, ptr, at, button=button).press(start).wait(DRAG_HOLD_MS)
     return tl.timed_move(to, start.distance(to) / DRAG_SPEED * 1000).steps
 
 
-def drag_cancel(cfg: InputConfig, ptr: Pointer, at: Point, start: Point) -> Program:
+def drag_cancel(
+    cfg: InputConfig, ptr: Pointer, at: Point, start: Point, button: str = "left"
+) -> Program:
     """Undo a drag: move back to where it started at drag speed, then lift."""
-    tl = PointerTimeline(cfg, ptr, at, down=True)
+    tl = PointerTimeline(cfg, ptr, at, down=True, button=button)
     return tl.timed_move(start, at.distance(start) / DRAG_SPEED * 1000).release().steps
 
 
-def drag_release(cfg: InputConfig, ptr: Pointer, at: Point, to: Point) -> Program:
+def drag_release(
+    cfg: InputConfig, ptr: Pointer, at: Point, to: Point, button: str = "left"
+) -> Program:
     """Move straight to the confirmed point, hold 200 ms, lift."""
-    tl = PointerTimeline(cfg, ptr, at, down=True)
+    tl = PointerTimeline(cfg, ptr, at, down=True, button=button)
     return tl.move(to).wait(DRAG_RELEASE_HOLD_MS).release().steps
 
 

@@ -229,13 +229,10 @@ def ink(image: Image) -> Image:
 
 @dataclass(frozen=True)
 class Band:
-    """Rows of the frame detected in one run; a box found there is kept when its center row is
-    in [keep_top, keep_bottom), so each text line is kept by exactly one band."""
+    """Rows [top, bottom) of the detection input detected in one run."""
 
     top: int
     bottom: int
-    keep_top: int
-    keep_bottom: int
 
 
 def plan_bands(
@@ -245,24 +242,22 @@ def plan_bands(
     at multiples of `step` (the network's stride: a band is then the very pixels, on the very
     grid, that the whole image's run sees). A band ends at the lowest row of its lower half
     where `cuttable` says no text crosses, so the bands need not overlap. Where there is none
-    (a photo, a wall of text), the next band starts `overlap` rows before the end of this one
-    and the boxes are shared out at the middle of the overlap, which must be taller than any
-    line of text. Pure."""
+    (a photo, a wall of text), the next band starts `overlap` rows (at most half a band) before
+    the end of this one, and join_bands makes one box of each line seen by both. Pure."""
     rows = max(step, rows // step * step)
     overlap = min(-(-overlap // step) * step, rows // 2 // step * step)
     bands: list[Band] = []
-    top = keep_top = 0
+    top = 0
     while height - top > rows:
         end = top + rows
         cut = next((c for c in range(end, top + rows // 2 - 1, -step) if cuttable(c)), None)
         if cut is not None:
-            bands.append(Band(top, cut, keep_top, cut))
-            top = keep_top = cut
+            bands.append(Band(top, cut))
+            top = cut
         else:
-            keep = end - overlap // 2
-            bands.append(Band(top, end, keep_top, keep))
-            top, keep_top = end - overlap, keep
-    bands.append(Band(top, height, keep_top, height))
+            bands.append(Band(top, end))
+            top = end - overlap
+    bands.append(Band(top, height))
     return bands
 
 
@@ -344,7 +339,9 @@ class InkDetector:
         def cuttable(row: int) -> bool:
             return clean_cut(dark, row, BAND_MARGIN)
 
-        for band in plan_bands(det_h, cuttable, rows, BAND_OVERLAP, STRIDE):
+        plan = plan_bands(det_h, cuttable, rows, BAND_OVERLAP, STRIDE)
+        per_band = []
+        for band in plan:
             part = small[band.top : band.bottom]
             pad = -part.shape[0] % STRIDE  # white rows: blank page to the detector
             if pad:
@@ -354,32 +351,110 @@ class InkDetector:
             key = _digest(part.tobytes(), repr(band).encode())
             found = self._bands.get(key)
             if found is None:
-                found = self._detect(part, band, sx, sy)
+                found = self._detect(part, band)
                 self.counts["bands_detected"] += 1
             kept[key] = found
             self.counts["bands"] += 1
-            for box, score in found:
-                boxes.append(box)
-                scores.append(score)
+            per_band.append(found)
         self._bands = kept  # only the last read's: bounded by one frame's bands
         self.detector.limit_side_len = self.long_side
+        for box, score in join_bands(plan, per_band):
+            frame_box = box * np.array([sx, sy])
+            boxes.append(frame_box.astype(box.dtype))
+            scores.append(score)
         if not boxes:
             return self._output()
         return self._output(inked, self.detector.sorted_boxes(np.array(boxes)), scores)
 
-    def _detect(self, part: Any, band: Band, sx: float, sy: float) -> list[tuple[Any, float]]:
-        """The band's boxes in frame pixels, those whose center row is the band's to keep."""
+    def _detect(self, part: Any, band: Band) -> list[tuple[Any, float]]:
+        """Every box of the band, in the detection input's rows (not the band's)."""
         self.detector.limit_side_len = max(part.shape[:2])  # no resize: it is the input
         found = self.detector(part)
         if found.boxes is None:
             return []
-        out = []
-        for box, score in zip(found.boxes, found.scores, strict=True):
-            center = float(box[:, 1].mean()) + band.top
-            if band.keep_top <= center < band.keep_bottom:
-                frame_box = (box + np.array([0, band.top])) * np.array([sx, sy])
-                out.append((frame_box.astype(box.dtype), float(score)))
-        return out
+        shift = np.array([0, band.top])
+        return [
+            ((box + shift).astype(box.dtype), float(score))
+            for box, score in zip(found.boxes, found.scores, strict=True)
+        ]
+
+
+# A box reaching this near a band's edge (detection input rows) may be a line the edge cut.
+CUT_EDGE = 3
+
+
+def join_bands(
+    plan: list[Band], found: list[list[tuple[Any, float]]], edge: int = CUT_EDGE
+) -> list[tuple[Any, float]]:
+    """The boxes of overlapping bands as one frame's: each line once, and whole.
+
+    Two bands that overlap may both see a line in the overlap, each whole or cut by its edge
+    (a line taller than the overlap is cut by both). Boxes of the two bands are views of one
+    line when they overlap by half the narrower one's width and half the shorter one's
+    height. Of two such views, one that the shared edge does not cut is the line: the other
+    (a fragment, or the same line again) is dropped. Two views both cut there are parts of a
+    line that crosses the whole overlap: they become one box around both. Bands cut at a clean
+    row (no overlap) share no line. Boxes are 4x2 point arrays in detection rows. Pure."""
+    boxes = [(i, box, score) for i, band_boxes in enumerate(found) for box, score in band_boxes]
+    parent = list(range(len(boxes)))
+    dropped: set[int] = set()
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def cut(k: int, row: int) -> bool:
+        ys = boxes[k][1][:, 1]
+        return bool(ys.min() <= row + edge and ys.max() >= row - edge)
+
+    for i in range(len(plan) - 1):
+        upper, lower = plan[i], plan[i + 1]
+        if lower.top >= upper.bottom:
+            continue
+        ups = [k for k, b in enumerate(boxes) if b[0] == i and b[1][:, 1].max() > lower.top]
+        downs = [
+            k for k, b in enumerate(boxes) if b[0] == i + 1 and b[1][:, 1].min() < upper.bottom
+        ]
+        for a in ups:
+            for b in downs:
+                if not same_line(boxes[a][1], boxes[b][1]):
+                    continue
+                a_cut, b_cut = cut(a, upper.bottom), cut(b, lower.top)
+                if a_cut and b_cut:
+                    parent[root(b)] = root(a)
+                elif not a_cut:
+                    dropped.add(b)
+                else:
+                    dropped.add(a)
+    groups: dict[int, list[int]] = {}
+    for k in range(len(boxes)):
+        if k not in dropped:
+            groups.setdefault(root(k), []).append(k)
+    out = []
+    for members in groups.values():
+        if len(members) == 1:
+            _, box, score = boxes[members[0]]
+            out.append((box, score))
+            continue
+        points = np.concatenate([boxes[k][1] for k in members])
+        (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
+        around = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], dtype=points.dtype)
+        out.append((around, max(boxes[k][2] for k in members)))
+    return out
+
+
+def same_line(a: Any, b: Any) -> bool:
+    """Whether two boxes (4x2 points) overlap by half the narrower one's width and half the
+    shorter one's height: two views of one text line. Pure."""
+    (ax0, ay0), (ax1, ay1) = a.min(axis=0), a.max(axis=0)
+    (bx0, by0), (bx1, by1) = b.min(axis=0), b.max(axis=0)
+    across = min(ax1, bx1) - max(ax0, bx0)
+    down = min(ay1, by1) - max(ay0, by0)
+    return bool(
+        across >= 0.5 * min(ax1 - ax0, bx1 - bx0) and down >= 0.5 * min(ay1 - ay0, by1 - by0)
+    )
 
 
 def _line(points: Any, text: str, score: float, word_results: Any) -> Line:

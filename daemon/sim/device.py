@@ -78,10 +78,12 @@ class AppState:
 
 @dataclass
 class Field:
-    """The focused text field: which one, whether all of it is selected."""
+    """The focused text field: which one, whether all of it is selected, and whether the caret
+    is at its start (Home; typing always appends: the caret matters only for Shift+End)."""
 
     name: str  # "text" | "url" | "search"
     selected: bool = False
+    caret_at_start: bool = False
 
 
 @dataclass
@@ -210,6 +212,14 @@ class VirtualDevice:
             self._backspace()
         elif usage == keys.ESCAPE:
             self._escape()
+        elif usage in (keys.HOME, keys.END) and self.focus is not None:
+            # Home, then Shift+End, selects a single-line field's text (enter_text's clear on a
+            # PC desktop, where Ctrl+A is select-all only if the app binds it).
+            self.focus.selected = (
+                usage == keys.END and self.focus.caret_at_start and bool(modifiers & keys.SHIFT)
+            )
+            self.focus.caret_at_start = usage == keys.HOME
+            self._event(f"key {'shift+' if modifiers & keys.SHIFT else ''}{label}")
         elif text.isprintable() and text:
             self._type(text)
         elif not self.xkb.composing:

@@ -31,6 +31,8 @@ ENTER = keymap.key("enter").usage
 BACKSPACE = keymap.key("backspace").usage
 ESCAPE = keymap.key("escape").usage
 CAPS_LOCK = keymap.key("capslock").usage
+HOME = keymap.key("home").usage
+END = keymap.key("end").usage
 
 CONSUMER_ACTIONS: dict[int, str] = {
     keymap.key("ac_home").usage: "home",

@@ -11,6 +11,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -548,3 +549,93 @@ async def test_desktop_gestures_use_the_wheel(make_daemon: Make) -> None:
         d, "touch_gesture", {"type": "long_press", "point": {"x": 1, "y": 1}}
     )
     assert status == 400 and body["error"]["code"] == "tool_arguments_invalid"
+
+
+# --- mouse buttons on computers --------------------------------------------------------------
+
+
+async def test_computer_mouse_buttons_over_every_transport(make_daemon: Make) -> None:
+    """Right, middle, back and forward clicks, a right double click and a right-button drag
+    on a computer target, through HTTP, WebSocket and the CLI over IPC; the simulated target
+    sees each button go down where asked and nothing stays held. Phones list no button."""
+    from tests.service.test_ipc_cli import call as ipc_call
+    from tests.service.test_ws import connect
+    from tests.service.test_ws import ok as ws_ok
+
+    d = start(make_daemon, "linux")
+    tools = await tools_by_name(d)
+    assert tools["touch_gesture"]["args_schema"]["properties"]["button"]["enum"] == [
+        "left",
+        "right",
+        "middle",
+        "back",
+        "forward",
+    ]
+    assert "button" in tools["drag_start"]["args_schema"]["properties"]
+
+    async def clicks() -> list[str]:
+        return [e for e in (await state(d))["events"] if e.startswith("click ")]
+
+    out = await ok(
+        d, "touch_gesture", {"type": "tap", "point": {"x": 300, "y": 400}, "button": "right"}
+    )
+    assert out["action_output"]["button"] == "right"
+    assert (await clicks())[-1] == "click right at 300,400"
+    async with connect(d) as host:
+        args = {"type": "tap", "point": {"x": 500, "y": 500}, "button": "middle"}
+        ws_ok(await host.call("touch_gesture", args))
+    assert (await clicks())[-1] == "click middle at 500,500"
+    for button in ("back", "forward"):
+        args = {"type": "tap", "point": {"x": 100, "y": 100}, "button": button}
+        reply, _ = ipc_call(Path(d.tables["ipc"]["socket"]), "touch_gesture", args)
+        assert reply["type"] == "complete", reply
+        assert (await clicks())[-1] == f"click {button} at 100,100"
+    before = len(await clicks())
+    await ok(
+        d, "touch_gesture", {"type": "double_tap", "point": {"x": 700, "y": 300}, "button": "right"}
+    )
+    assert (await clicks())[before:] == ["click right at 700,300"] * 2
+    assert held(await state(d)) == NOTHING_HELD
+    # Press and hold: a drag with the right button, held between the calls, then let go.
+    out = await ok(d, "drag_start", {"point": {"x": 400, "y": 600}, "button": "right"})
+    assert out["drag"]["button"] == "right"
+    assert (await state(d))["buttons_down"] == ["right"]
+    await ok(d, "drag_release", {"point": {"x": 450, "y": 650}})
+    st = await state(d)
+    assert held(st) == NOTHING_HELD and st["pointer"]["x"] == pytest.approx(450, abs=0.1)
+    # A button is for clicks, double clicks and swipes; an unknown one is refused.
+    for bad in (
+        {"type": "scroll", "point": {"x": 1, "y": 1}, "direction": "down", "button": "right"},
+        {"type": "tap", "point": {"x": 1, "y": 1}, "button": "side"},
+    ):
+        status, body, _ = await call(d, "touch_gesture", bad)
+        assert status == 400 and body["error"]["code"] == "tool_arguments_invalid", body
+    assert held(await state(d)) == NOTHING_HELD
+
+
+async def test_phones_list_no_mouse_buttons(make_daemon: Make) -> None:
+    d = start(make_daemon)  # iOS: AssistiveTouch's pointer is a finger
+    tools = await tools_by_name(d)
+    for tool in ("touch_gesture", "drag_start"):
+        assert tools[tool]["args_schema"]["properties"]["button"]["enum"] == ["left"]
+    args = {"type": "tap", "point": {"x": 1, "y": 1}, "button": "right"}
+    status, body, _ = await call(d, "touch_gesture", args)
+    assert status == 400 and body["error"]["code"] == "tool_arguments_invalid", body
+
+
+async def test_clear_on_a_pc_desktop_selects_the_line_and_checks_the_screen(
+    make_daemon: Make,
+) -> None:
+    """enter_text's clear on Linux: Home, Shift+End, Backspace (Ctrl+A selects all only where
+    the app binds it), then the field's row read: it shows the new text alone."""
+    d = start(make_daemon, "linux")
+    await ok(d, "touch_gesture", {"type": "tap", "point": tile("linux", "Notes")})
+    await ok(d, "enter_text", {"point": FIELD, "text": "Old value"})
+    out = await ok(d, "enter_text", {"point": FIELD, "text": "fresh", "clear": True})
+    clear = out["action_output"]["clear"]
+    assert clear["keys"] == "home, shift+end, backspace"
+    assert clear["read"] == "fresh" and clear["verified"] is True, clear
+    assert "read_first" not in clear  # nothing was left to delete one by one
+    st = await state(d)
+    assert st["texts"]["Notes"] == "fresh" and held(st) == NOTHING_HELD
+    assert "key shift+end" in st["events"] and not any("select_all" in e for e in st["events"])

@@ -568,3 +568,23 @@ async def test_the_roles_are_released_side_by_side() -> None:
         await asyncio.wait_for(eng.release_everything(), 10)
     assert not [e for e in logs if e["event"] == "release_write_failed"]
     assert [r for r, _ in target.writes()][-3:] == ["keyboard"] * 3
+
+
+async def test_a_right_button_drag_left_alone_is_undone_with_its_button() -> None:
+    """A drag that holds the right button (a computer's press-and-hold) moves back holding that
+    button when the limit passes, and then lets every button go."""
+    eng, target = engine(
+        "linux", cfg=InputConfig(drag_limit_s=0.05, isolation_settle_ms=0, move_interval_ms=5)
+    )
+    start, to = Point(100, 100), Point(300, 100)
+    async with eng.invocation("drag_start", drag="start") as s:
+        await s.run(prog.drag_start(FAST, eng.pointer, start, to, button="right"))
+        s.keep_contact(start, to, "right")
+    assert eng.drag_dict()["button"] == "right" and eng.held.holding() == ["pointer"]
+    n = len(target.writes())
+    while eng.drag is not None or eng.busy:
+        await asyncio.sleep(0.01)
+    undo = target.writes()[n:]
+    assert reports.unpack_mouse(undo[-4][1]) == reports.MouseState(2, 3277, 3277)  # right held
+    assert reports.unpack_mouse(undo[-1][1]) == reports.MouseState(0, 3277, 3277)
+    assert eng.held.holding() == []

@@ -168,3 +168,23 @@ def test_us_pc_types_ascii_with_the_keys_of_a_us_keyboard() -> None:
     us = layouts.load("us", "pc")
     ascii_text = "".join(chr(c) for c in range(0x20, 0x7F)) + "\n\t"
     assert us.plan(ascii_text) == keymap.text_strokes(ascii_text)
+
+
+@pytest.mark.parametrize("name", ["ch", "es"])
+def test_standalone_accents_are_a_dead_key_twice_or_then_space(name: str) -> None:
+    """Issue 49: ´ and ¨ alone were refused on Swiss German and Spanish, whose only stroke for
+    them is the dead key pressed twice (X's Compose) or then space (Windows, macOS, Android)."""
+    linux = layouts.for_target(name, "linux")
+    x = XkbText(linux.xkb)
+    for ch in "´¨":
+        strokes = linux.plan(ch)
+        assert len(strokes) == 2 and strokes[0] == strokes[1], (ch, strokes)
+        assert typed(x, strokes) == ch
+        for platform in ("windows", "macos", "android"):
+            dead, then = layouts.for_target(name, platform).plan(ch)
+            assert dead[0] == layouts.for_target(name, platform).chars[ch][0][0]
+            assert then == (keymap.key("space").usage, 0), (platform, ch)
+    text = "Café ´ crème ¨ ^"
+    assert typed(XkbText(linux.xkb), linux.plan(text)) == text
+    # What a space after the dead key already typed stays as it was (^ on a PC).
+    assert layouts.for_target(name, "windows").plan("^") == linux.plan("^")

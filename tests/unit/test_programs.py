@@ -125,6 +125,31 @@ def test_tap_desktop_mouse_has_no_settle() -> None:
     assert steps[3].at_ms == 60
 
 
+@pytest.mark.parametrize(
+    ("name", "bit"),
+    [("right", 0x02), ("middle", 0x04), ("back", 0x08), ("forward", 0x10)],
+)
+def test_a_click_with_another_mouse_button_holds_only_that_button(name: str, bit: int) -> None:
+    x, y = A(10), A(20)
+    steps = prog.tap(CFG, DESKTOP_MOUSE, Point(10, 20), button=name)
+    assert steps == [
+        P(0, beside(10, 20)),
+        P(0, mouse(10, 20, False)),
+        P(0, reports.mouse(bit, x, y)),
+        *lifts(60, mouse(10, 20, False)),
+    ]
+    double = prog.double_tap(CFG, DESKTOP_MOUSE, Point(10, 20), button=name)
+    assert [s.report for s in double].count(reports.mouse(bit, x, y)) == 2
+    # Held across a drag: down with the button, moved with it, and lifted to all-up.
+    held = prog.drag_start(CFG, DESKTOP_MOUSE, Point(10, 20), Point(210, 20), button=name)
+    assert all(reports.unpack_mouse(s.report).buttons == bit for s in held[2:])
+    released = prog.drag_release(CFG, DESKTOP_MOUSE, Point(210, 20), Point(300, 20), button=name)
+    assert released[0] == P(0, reports.mouse(bit, A(300), A(20)))
+    assert released[-1].report == mouse(300, 20, False)
+    with pytest.raises(ValueError, match="touchscreen has no right button"):
+        prog.tap(CFG, TOUCH, Point(10, 20), button="right")
+
+
 def test_coordinates_0_and_1000_map_to_the_absolute_ends() -> None:
     steps = prog.tap(CFG, TOUCH, Point(0, 1000))
     c = reports.unpack_touch(steps[0].report)[0]

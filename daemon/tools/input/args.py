@@ -26,6 +26,7 @@ class TouchGestureArgs:
     direction: str | None = None
     duration_ms: int | None = None
     actions: list[dict[str, Any]] | None = None
+    button: str | None = None  # left unless a computer's other button; None: left
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,7 @@ class DragStartArgs:
     point: XY
     coord_space: str
     direction: str | None = None
+    button: str | None = None  # as touch_gesture's
 
 
 @dataclass(frozen=True, kw_only=True)

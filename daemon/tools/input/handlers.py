@@ -13,6 +13,9 @@ action and not the next caller's.
 from __future__ import annotations
 
 import asyncio
+import difflib
+import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -26,6 +29,7 @@ from daemon.errors import ToolError
 from daemon.frames import Frame
 from daemon.runtime import Runtime
 from daemon.screen import text_changes
+from daemon.screen.ocr import Line
 from daemon.screen.options import StableOptions
 from daemon.tools.input.args import (
     DragReleaseArgs,
@@ -41,15 +45,55 @@ from daemon.tools.input.args import (
     TouchGestureArgs,
 )
 from daemon.tools.input.platforms import (
+    CLEAR_KEYS,
+    LINE_END,
     PHONES,
     QUICK_ACTIONS,
     SEARCH_KEYS,
-    SELECT_ALL,
     describe_quick,
     gestures_for,
 )
 
 log = structlog.get_logger("daemon.tools.input")
+# enter_text's check of `clear`: the row read around the point (half its height: at least
+# FIELD_ROWS px, or this share of the frame's), and the most characters deleted one by one when
+# the clear keys left text.
+FIELD_ROWS = 24
+FIELD_ROW_SHARE = 0.04
+MAX_CLEAR_DELETES = 200
+# How alike what OCR read and what was typed must be to count as the same text (OCR misreads a
+# letter now and then); the old text beside the new makes them far less alike.
+READS_AS = 0.75
+READ_SLACK = 0.1  # and may read this share longer (a letter split in two)
+
+
+def _plain(text: str) -> str:
+    """Text as compared: no spaces, lower case, no accents (OCR drops them now and then)."""
+    bare = unicodedata.normalize("NFKD", "".join(text.split()).lower())
+    return "".join(c for c in bare if not unicodedata.combining(c))
+
+
+def likeness(read: str, typed: str) -> float:
+    """How alike OCR's `read` and the `typed` text are, 0..1. Pure."""
+    return difflib.SequenceMatcher(None, _plain(read), _plain(typed)).ratio()
+
+
+def reads_as(read: str, typed: str) -> bool:
+    """Whether OCR's line `read` holds the `typed` text as words of their own: a label beside
+    the field is a word apart, while old text a clear left is glued to the new ("Old valuAda":
+    typing goes on at the caret). Alike, and no longer (OCR misreads a letter now and then).
+    Pure."""
+    words, n = read.split(), len(typed.split())
+    longest = len(_plain(typed)) * (1 + READ_SLACK) + 1
+    for i in range(len(words) - n + 1):
+        run = " ".join(words[i : i + n])
+        if likeness(run, typed) >= READS_AS and len(_plain(run)) <= longest:
+            return True
+    return False
+
+
+# The gestures a mouse button other than left can make: a click, a double click, a press moved.
+BUTTON_GESTURES = ("tap", "double_tap", "swipe")
 
 
 def refuse_drag_type(args: Any) -> None:
@@ -186,6 +230,12 @@ class InputTools:
         """The gesture's program. Which fields are present per kind is the schema's if/then
         rules (checked before this runs), hence the asserts."""
         cfg, ptr, space = self.cfg, self.pointer, args.coord_space
+        button = args.button or "left"
+        if button != "left" and kind not in BUTTON_GESTURES:
+            raise invalid(
+                "$.button",
+                f"button {button!r} applies to {', '.join(BUTTON_GESTURES)}, not {kind}",
+            )
         if kind == "actions":
             assert args.actions is not None
             actions = []
@@ -198,6 +248,7 @@ class InputTools:
             return prog.atomic(cfg, ptr, actions, at), {"actions": len(actions)}
         if kind not in gestures_for(self.platform):
             raise invalid("$.type", f"{kind!r} is not a gesture on {self.platform}")
+        buttoned = {"button": button} if args.button is not None else {}
         if kind == "swipe":
             assert args.start is not None
             start = await self.point(args.start, "$.start", space)
@@ -216,15 +267,16 @@ class InputTools:
                 "start": s.start.to_dict(),
                 "end": s.end.to_dict(),
                 "move_ms": round(s.duration_ms),
+                **buttoned,
             }
-            return prog.swipe(cfg, ptr, s, at), info
+            return prog.swipe(cfg, ptr, s, at, button), info
         assert args.point is not None
         p = await self.point(args.point, "$.point", space)
         info = {"point": p.to_dict()}
         if kind == "tap":
-            return prog.tap(cfg, ptr, p, at), info
+            return prog.tap(cfg, ptr, p, at, button), {**info, **buttoned}
         if kind == "double_tap":
-            return prog.double_tap(cfg, ptr, p, at), info
+            return prog.double_tap(cfg, ptr, p, at, button), {**info, **buttoned}
         if kind == "long_press":
             return prog.long_press(cfg, ptr, p, args.duration_ms, at), info
         assert args.direction is not None
@@ -244,18 +296,21 @@ class InputTools:
 
     async def drag_start(self, args: DragStartArgs, ctx: CallContext) -> Any:
         cfg, ptr = self.cfg, self.pointer
+        button = args.button or "left"
         async with self.engine.invocation("drag_start", drag="start") as s:
             start = await self.point(args.point, "$.point", args.coord_space)
             to = prog.drag_away(start, args.direction)
             baseline = await self.baseline()
-            await s.run(prog.drag_start(cfg, ptr, start, to, s.pointer_at))
+            await s.run(prog.drag_start(cfg, ptr, start, to, s.pointer_at, button))
             shot = await self.evidence(baseline, wait=True)
             output: dict[str, Any] = {"ok": True, "start": start.to_dict(), "at": to.to_dict()}
+            if args.button is not None:
+                output["button"] = button
             if shot.get("screen_stable") is True:
-                s.keep_contact(start, to)
+                s.keep_contact(start, to, button)
                 return {"action_output": output, **shot, "drag": self.engine.drag_dict()}
             # Not stable (or no screen): undo, and show the screen as it is after the undo.
-            await s.run(prog.drag_cancel(cfg, ptr, to, start))
+            await s.run(prog.drag_cancel(cfg, ptr, to, start, button))
             await s.finish()
             output["released"] = True
             after = await self.evidence(baseline, wait=False)
@@ -268,7 +323,7 @@ class InputTools:
             assert drag is not None
             to = await self.point(args.point, "$.point", args.coord_space)
             baseline = await self.baseline()
-            await s.run(prog.drag_release(self.cfg, self.pointer, drag.at, to))
+            await s.run(prog.drag_release(self.cfg, self.pointer, drag.at, to, drag.button))
             await s.finish()
             shot = await self.evidence(baseline, wait=True)
         output = {"ok": True, "start": drag.start.to_dict(), "released_at": to.to_dict()}
@@ -301,8 +356,6 @@ class InputTools:
                 "$.text", "nothing to do: give text, clear or submit", "minLength_invalid"
             )
         typed, caps = self.text_program(text)
-        select_all = self.keys_program(SELECT_ALL.get(self.platform, ["ctrl", "a"]))
-        delete = self.keys_program(["backspace"])
         enter = self.keys_program(["enter"])
 
         async def act(s: HidInvocation) -> dict[str, Any]:
@@ -310,9 +363,10 @@ class InputTools:
             await s.run(prog.tap(self.cfg, self.pointer, p, s.pointer_at))
             await asyncio.sleep(self.cfg.focus_settle_ms / 1000)
             if args.clear:
-                await s.run(select_all)
-                await s.run(delete)
+                for chord in CLEAR_KEYS[self.platform]:
+                    await s.run(self.keys_program(chord))
             info = await s.type_text(typed, caps_sensitive=caps)
+            clear = await self.check_cleared(s, p, text, typed, caps) if args.clear else None
             if args.submit:
                 await s.run(enter)
             return {
@@ -322,6 +376,7 @@ class InputTools:
                 "layout": self.layout.name,
                 **info,
                 "cleared": args.clear,
+                **({"clear": clear} if clear is not None else {}),
                 "submitted": args.submit,
             }
 
@@ -331,6 +386,51 @@ class InputTools:
         if args.text_changes:  # read after the HID flow is let go: nobody waits behind it
             out["text_changes"] = await text_changes.of_action(self.rt.ocr, ctx.evidence)
         return out
+
+    async def check_cleared(
+        self, s: HidInvocation, p: Point, text: str, typed: Program, caps: bool
+    ) -> dict[str, Any]:
+        """Whether `clear` cleared, read on the screen: after the clear keys (CLEAR_KEYS) and
+        the typing, the line on the field's row that reads most like `text` must read as
+        `text`, not with the old text beside it. Where it does not (a field where those keys
+        select nothing: Tk's and xterm's Ctrl+A, a terminal), that line is deleted from its end
+        key by key, `text` typed again and the row read again. `verified` is null where the
+        row cannot be read (no OCR, no capture, nothing typed to look for)."""
+        out: dict[str, Any] = {"keys": ", ".join("+".join(k) for k in CLEAR_KEYS[self.platform])}
+        if not text.strip():
+            return {**out, "verified": None}
+        line = await self.row_line(p, text)
+        if line is None:
+            return {**out, "verified": None}
+        if not reads_as(line.text, text):
+            count = min(MAX_CLEAR_DELETES, len(line.text) + 2)
+            await s.run(self.keys_program(LINE_END.get(self.platform, ["end"])))
+            await s.run(self.keys_program(["backspace"], count))
+            await s.type_text(typed, caps_sensitive=caps)
+            out.update(read_first=line.text, deleted_one_by_one=count)
+            line = await self.row_line(p, text)
+            if line is None:
+                return {**out, "verified": None}
+        return {**out, "read": line.text, "verified": reads_as(line.text, text)}
+
+    async def row_line(self, p: Point, text: str) -> Line | None:
+        """The line that reads most like `text` on the row of `p` of the settled screen (one
+        OCR read of that row), or None when it cannot be read or holds no text."""
+        ocr = self.rt.ocr
+        if not ocr.enabled:
+            return None
+        try:
+            frame = (await self.screen.settle(time.monotonic(), self.stability)).frame
+            w, h = frame.width, frame.height
+            y = p.y / 1000 * (h - 1)
+            rows = max(FIELD_ROWS, h * FIELD_ROW_SHARE)
+            crop = (0, max(0, round(y - rows)), w, min(h, round(y + rows)))
+            reading = await ocr.read(frame, crop)
+        except ToolError as e:
+            log.info("enter_text.clear_unread", code=e.code, reason=e.message)
+            return None
+        on_row = [line for line in reading.lines if line.box[1] - 2 <= y <= line.box[3] + 2]
+        return max(on_row, key=lambda line: likeness(line.text, text), default=None)
 
     # -- mouse --------------------------------------------------------------------------------
 

@@ -7,6 +7,9 @@ from typing import Any
 
 PHONES = ("ios", "android")
 MOUSE_PLATFORMS = frozenset({"ios", "macos", "windows", "linux"})
+# Computers: their pointer is a mouse with right, middle, back and forward buttons (iOS's
+# AssistiveTouch pointer is a finger, phones have a touchscreen).
+BUTTON_PLATFORMS = frozenset({"macos", "windows", "linux"})
 PHONE_GESTURES = ("tap", "double_tap", "long_press", "swipe", "scroll")
 # A held left button means nothing on a desktop, so long_press is a phone gesture.
 DESKTOP_GESTURES = ("tap", "double_tap", "swipe", "scroll")
@@ -81,7 +84,20 @@ SEARCH_KEYS = {
     "windows": ["win"],
     "linux": ["super"],
 }
-SELECT_ALL = {"ios": ["cmd", "a"], "macos": ["cmd", "a"]}  # others: ctrl+a
+# How enter_text's `clear` empties the field it tapped: chords pressed in order. Select-all is
+# Cmd+A on Apple targets and Ctrl+A on Android; on a PC desktop Ctrl+A selects all only where
+# the application binds it (Tk's fields and xterm move to the line's start), while Home then
+# Shift+End selects a single-line field's text in every toolkit.
+_SELECT_LINE = (["home"], ["shift", "end"], ["backspace"])
+CLEAR_KEYS: dict[str, tuple[list[str], ...]] = {
+    "ios": (["cmd", "a"], ["backspace"]),
+    "macos": (["cmd", "a"], ["backspace"]),
+    "android": (["ctrl", "a"], ["backspace"]),
+    "windows": _SELECT_LINE,
+    "linux": _SELECT_LINE,
+}
+# The caret to the line's end, from where a clear that left text deletes it key by key.
+LINE_END = {"ios": ["cmd", "right"], "macos": ["cmd", "right"]}  # others: end
 
 
 def describe_quick(action: QuickAction) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from daemon.catalog import object_schema
 from daemon.engine import program as prog
-from daemon.tools.input.platforms import QUICK_ACTIONS, gestures_for
+from daemon.tools.input.platforms import BUTTON_PLATFORMS, QUICK_ACTIONS, gestures_for
 from daemon.tools.screen import SCREENSHOT_FIELDS
 from gadget import keymap
 
@@ -27,6 +27,20 @@ DIRECTION = {"enum": list(prog.DIRECTIONS)}
 _MS = {"type": "integer", "minimum": 0, "maximum": 60000}
 # A whole gesture also fits prog.MAX_PROGRAM_MS (checked on the built program).
 SPEED = {"type": "number", "minimum": prog.MIN_SPEED, "maximum": 100000}
+
+
+def _buttons(platform: str) -> dict[str, Any]:
+    """The `button` property: a computer's mouse buttons, or only the primary contact (left)
+    where the pointer is a finger (phones, iOS's AssistiveTouch)."""
+    if platform in BUTTON_PLATFORMS:
+        return {
+            "button": {
+                "enum": list(prog.BUTTONS),
+                "description": "the mouse button (default left): right opens a context menu, "
+                "middle pastes the selection on Linux, back and forward are the side buttons",
+            }
+        }
+    return {"button": {"enum": ["left"], "description": "the contact (a finger: no other)"}}
 
 
 def _atomic_action_schema() -> dict[str, Any]:
@@ -121,6 +135,7 @@ def touch_gesture_schema(platform: str) -> dict[str, Any]:
                 f"{prog.MAX_PROGRAM_MS / 1000:g} s",
             },
             "coord_space": COORD_SPACE,
+            **_buttons(platform),
         },
         oneOf=[{"required": ["type"]}, {"required": ["actions"]}],
         allOf=rules,
@@ -216,10 +231,18 @@ EVIDENCE_RESULT = object_schema(
 )
 
 
-DRAG_START_ARGS = object_schema(
-    {"point": POINT, "direction": DIRECTION, "coord_space": COORD_SPACE},
-    required=["point"],
-)
+def drag_start_schema(platform: str) -> dict[str, Any]:
+    return object_schema(
+        {
+            "point": POINT,
+            "direction": DIRECTION,
+            "coord_space": COORD_SPACE,
+            **_buttons(platform),
+        },
+        required=["point"],
+    )
+
+
 DRAG_RELEASE_ARGS = object_schema({"point": POINT, "coord_space": COORD_SPACE}, required=["point"])
 KEYBOARD_TEXT_ARGS = object_schema({"text": TEXT}, required=["text"])
 KEYBOARD_TEXT_RESULT = object_schema(

@@ -24,7 +24,6 @@ from daemon.tools.input.handlers import InputTools, launch_qualification, refuse
 from daemon.tools.input.platforms import MOUSE_PLATFORMS, QUICK_ACTIONS
 from daemon.tools.input.schemas import (
     DRAG_RELEASE_ARGS,
-    DRAG_START_ARGS,
     ENTER_TEXT_ARGS,
     ENTER_TEXT_RESULT,
     EVIDENCE_RESULT,
@@ -35,6 +34,7 @@ from daemon.tools.input.schemas import (
     OPEN_APP_ARGS,
     OPEN_URL_ARGS,
     QUICK_ACTION_RESULT,
+    drag_start_schema,
     keyboard_tap_schema,
     quick_action_schema,
     touch_gesture_schema,
@@ -73,7 +73,9 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "hold_after_ms, steps (default 24); back/home fallbacks are edge swipes such as "
             "start.x=1 or start.y=999. Move draggable items with drag_start/drag_release, "
             "never with a swipe or actions. actions (touch_down, move_to, wait, touch_up) is a "
-            "rare advanced option for custom contact timing." + evidence_note,
+            "rare advanced option for custom contact timing. On a computer, button (right, "
+            "middle, back, forward; default left) clicks, double-clicks or swipes with that "
+            "mouse button." + evidence_note,
             handler=t.touch_gesture,
             args_schema=touch_gesture_schema,
             args_type=TouchGestureArgs,
@@ -89,9 +91,10 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "then wait for the screen to settle while keeping contact. screen_stable=true: "
             "confirm the destination from the screenshot and call drag_release there. "
             "screen_stable=false: the contact was already moved back and released; retry the "
-            "whole drag. Do not call wait_for_stable_screen in between.",
+            "whole drag. Do not call wait_for_stable_screen in between. On a computer, button "
+            "holds that mouse button instead of the left one.",
             handler=t.drag_start,
-            args_schema=DRAG_START_ARGS,
+            args_schema=drag_start_schema,
             args_type=DragStartArgs,
             example_input={"point": {"x": 200, "y": 300}},
             keywords=("drag", "move item", "reorder"),
@@ -142,7 +145,11 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "enter_text",
             title="Enter Text",
             description="Tap the text field at point to focus it, then type text (optionally "
-            "clear: select all and delete first; submit: press Enter after)."
+            "clear: empty it first; submit: press Enter after). clear selects and deletes with "
+            "the target's keys (Cmd+A on Apple, Ctrl+A on Android, Home then Shift+End on "
+            "Windows and Linux, whose Ctrl+A is select-all only where the app binds it); with "
+            "OCR on, the field's row is then read: old text still beside the new is deleted "
+            "key by key and the text typed again (action_output.clear: keys, read, verified)."
             + typing_note
             + " Returns "
             "action_output, screen_changed (when a baseline existed) and a short-delay "

@@ -5,11 +5,14 @@ Run with Debian's /usr/bin/python3 (python3-tk), not the project's venv:
 
 Two pages behind a row of tab buttons, filling the screen (no window manager: an
 override-redirect window):
-- "Form" (shown first): a name Entry, a notes Text, a paste Text, buttons (Submit order,
-  Animate, Clear notes), a status line, a fruit Listbox with a scrollbar, and an animation area.
-- "Canvas": a canvas that marks every press (a square at the pointer), draws the pointer's path
-  while a button or finger is down, and holds a "Drag me" card that can be dragged onto a
-  "Drop here" bin.
+- "Form" (shown first): a name Entry, a "Plain" Entry with Tk's stock bindings only (Ctrl+A
+  moves to the line's start, as in Tk and xterm), a "Term" field that, like a terminal's
+  prompt, only appends and deletes backwards (Home, End and Shift+End do nothing), a notes
+  Text, a paste Text, buttons (Submit order, Animate, Clear notes), a status line, a fruit
+  Listbox with a scrollbar, and an animation area.
+- "Canvas": a canvas that marks every press (a square at the pointer: orange for the left
+  button, purple for the right, teal for the middle), draws the pointer's path while a button
+  or finger is down, and holds a "Drag me" card that can be dragged onto a "Drop here" bin.
 
 What the application received is what the tests assert on, and it is its own record:
 - every input event (presses with root coordinates, releases, double clicks, motion while
@@ -23,8 +26,9 @@ What the application received is what the tests assert on, and it is its own rec
   "x": X, "y": Y} moves the pointer there as the desktop's own mouse would.
 
 Bindings a desktop user expects that Tk's X11 defaults lack: Ctrl+A selects all (Tk's default
-is Emacs' line start), as GTK and Qt applications do. Ctrl+S is the application's own key
-("Saved" in the status line); the wheel scrolls the list LINES_PER_NOTCH lines per notch.
+is Emacs' line start), as GTK and Qt applications do, in the Name, Notes and Paste fields.
+Ctrl+S is the application's own key ("Saved" in the status line); the wheel scrolls the list
+LINES_PER_NOTCH lines per notch.
 """
 
 from __future__ import annotations
@@ -157,6 +161,19 @@ class App:
         self.name = tk.Entry(row, font=FONT, width=28)
         self.name.pack(side="left", padx=8)
         self.name.bind("<Return>", lambda e: self.log("name_entered", value=self.name.get()))
+        row = tk.Frame(left, background="#f0f0f0")
+        row.pack(anchor="w", pady=(0, 4), fill="x")
+        self.plain_label = tk.Label(row, text="Plain", font=FONT, background="#f0f0f0")
+        self.plain_label.pack(side="left")
+        self.plain = tk.Entry(row, font=FONT, width=14)
+        self.plain.pack(side="left", padx=8)
+        tk.Label(row, text="Term", font=FONT, background="#f0f0f0").pack(side="left")
+        self.term = tk.Entry(row, font=FONT, width=14)
+        self.term.pack(side="left", padx=8)
+        # A terminal's prompt: no Entry class bindings, only typing at the end and BackSpace.
+        self.term.bindtags((str(self.term), ".", "all"))
+        self.term.bind("<Button-1>", lambda e: self.term.focus_set())
+        self.term.bind("<KeyPress>", self.term_key)
         tk.Label(left, text="Notes", font=FONT, background="#f0f0f0").pack(anchor="w")
         self.notes = tk.Text(left, font=FONT, height=5, wrap="word", undo=False)
         self.notes.pack(anchor="w", fill="x")
@@ -211,6 +228,8 @@ class App:
         c.bind("<B1-Motion>", self.canvas_motion)
         c.bind("<ButtonRelease-1>", self.canvas_release)
         c.bind("<Double-Button-1>", self.canvas_double)
+        c.bind("<ButtonPress-2>", lambda e: self.canvas_button(e, "#0ca678"))
+        c.bind("<ButtonPress-3>", lambda e: self.canvas_button(e, "#ae3ec9"))
         c.bind("<Motion>", self.canvas_hover)
 
     # -- recording ---------------------------------------------------------------------------
@@ -250,6 +269,13 @@ class App:
 
     def list_top(self) -> int:
         return int(self.fruits.nearest(0))
+
+    def term_key(self, e: tk.Event) -> str:
+        if e.keysym == "BackSpace":
+            self.term.delete(max(0, len(self.term.get()) - 1), "end")
+        elif e.char and e.char.isprintable():
+            self.term.insert("end", e.char)
+        return "break"
 
     def select_all(self, e: tk.Event) -> str:
         w = e.widget
@@ -314,6 +340,12 @@ class App:
             c.tag_raise(self.card_text)
         self.stroke = [e.x, e.y]
 
+    def canvas_button(self, e: tk.Event, colour: str) -> None:
+        """A right or middle press: a mark of its own colour (a context menu's place)."""
+        self.canvas.create_rectangle(
+            e.x - MARK, e.y - MARK, e.x + MARK, e.y + MARK, fill=colour, outline="", tags="mark"
+        )
+
     def canvas_motion(self, e: tk.Event) -> None:
         self.log("drag_motion", x=e.x_root, y=e.y_root)
         c = self.canvas
@@ -370,6 +402,8 @@ class App:
         return {
             "page": self.page.get(),
             "name": self.name.get(),
+            "plain": self.plain.get(),
+            "term": self.term.get(),
             "notes": self.notes.get("1.0", "end-1c"),
             "paste": self.paste.get("1.0", "end-1c"),
             "status": self.status.cget("text"),
@@ -387,6 +421,9 @@ class App:
         """Screen rectangles [x0, y0, x1, y1] of the widgets tests aim at."""
         widgets = {
             "name": self.name,
+            "plain": self.plain,
+            "plain_label": self.plain_label,
+            "term": self.term,
             "notes": self.notes,
             "paste": self.paste,
             "status": self.status,
@@ -424,7 +461,8 @@ class App:
         self.form.tkraise()
         for t in (self.notes, self.paste):
             t.delete("1.0", "end")
-        self.name.delete(0, "end")
+        for e in (self.name, self.plain, self.term):
+            e.delete(0, "end")
         self.fruits.yview_moveto(0)
         self.canvas.delete("mark", "stroke", "hover", "double")
         self._move_card(*HOME)

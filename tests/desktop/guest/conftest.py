@@ -25,6 +25,7 @@ ORDER = (
     "test_pointer",
     "test_timing",
     "test_reading",
+    "test_clear",
     "test_chords",
     "test_typing",
     "test_touch",

@@ -147,3 +147,52 @@ def test_mouse_move_hovers_without_pressing(desk: Desktop, ft: Fingertip) -> Non
     evidence(reply, "pointer-hover-after")
     edge = (x - 26, y - 10, x - 22, y + 10)  # the left side of the app's hover box
     assert_shows(reply, edge, HOVER_BGR, "the hover box")
+
+
+RIGHT_BGR = (201, 62, 174)  # the app's right-press mark, #ae3ec9
+MIDDLE_BGR = (120, 166, 12)  # its middle-press mark, #0ca678
+# X's button numbers for the gadget's mouse buttons (libinput: BTN_SIDE 8, BTN_EXTRA 9).
+X_BUTTONS = {"right": 3, "middle": 2, "back": 8, "forward": 9}
+
+
+def test_other_mouse_buttons_click_and_hold(desk: Desktop, ft: Fingertip) -> None:
+    """Issue 49: right and middle clicks (a context menu's press, middle-click paste), the
+    side buttons, and a drag holding the right button, each where asked and let go."""
+    show_canvas(desk, ft)
+    canvas = desk.app.state()["rects"]["canvas"]
+    for i, (button, number) in enumerate(X_BUTTONS.items()):
+        x, y = canvas[0] + 200 + 150 * i, canvas[1] + 450
+        mark = desk.app.mark()
+        reply = ft.ok("touch_gesture", {"type": "tap", "point": normalized(x, y), "button": button})
+        press, release = (desk.app.wait_events(mark, k)[0] for k in ("press", "release"))
+        where = f"{button} click at ({x}, {y}): the app got {press}"
+        assert press["button"] == number and near(press, x, y), where
+        assert release["button"] == number and len(desk.app.events(mark, "press")) == 1, where
+        colour = {"right": RIGHT_BGR, "middle": MIDDLE_BGR}.get(button)
+        if colour is not None:
+            evidence(reply, f"pointer-{button}-click")
+            assert_shows(reply, (x - 8, y - 8, x + 8, y + 8), colour, f"the {button} mark")
+    # Press and hold: drag_start holds the right button, drag_release lets it go elsewhere.
+    start, end = (canvas[0] + 300, canvas[1] + 550), (canvas[0] + 700, canvas[1] + 600)
+    mark = desk.app.mark()
+    held = ft.ok("drag_start", {"point": normalized(*start), "button": "right"})
+    assert held.output["screen_stable"] is True and held.output["drag"]["button"] == "right"
+    ft.ok("drag_release", {"point": normalized(*end)})
+    (press,) = desk.app.wait_events(mark, "press")
+    (release,) = desk.app.wait_events(mark, "release")
+    assert press["button"] == 3 and near(press, *start), press
+    assert release["button"] == 3 and near(release, *end), release
+
+
+def test_middle_click_pastes_the_selection(desk: Desktop, ft: Fingertip) -> None:
+    """X's middle-click paste: a word selected by a double click in the Name field, then a
+    middle click into the Paste box pastes it there."""
+    rects = desk.app.state()["rects"]
+    ft.ok("enter_text", {"point": normalized(*centre(rects["name"])), "text": "Tangerine"})
+    desk.app.wait_state("name", "Tangerine")
+    x0, y0, _, y1 = rects["name"]
+    ft.ok("touch_gesture", {"type": "double_tap", "point": normalized(x0 + 30, (y0 + y1) / 2)})
+    paste = normalized(*centre(rects["paste"]))
+    ft.ok("touch_gesture", {"type": "tap", "point": paste, "button": "middle"})
+    desk.app.wait_state("paste", "Tangerine")
+    assert desk.app.state()["name"] == "Tangerine"

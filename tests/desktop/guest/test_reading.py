@@ -102,3 +102,38 @@ def test_wait_for_stable_screen_outlasts_the_animation(desk: Desktop, ft: Finger
     evidence(reply, "stable-after-animation")
     _, y0, x1, y1 = desk.app.state()["rects"]["stage"]
     assert_shows(reply, (x1 - 60, y0 + 4, x1 - 4, y1 - 4), IDLE_STAGE_BGR, "the animation's end")
+
+
+def test_a_wide_region_reads_each_line_once(desk: Desktop, ft: Fingertip, record: Record) -> None:
+    """Issue 49: a region as wide as the screen is detected in horizontal bands, and a line cut
+    by a band's edge was read from both bands (tap_text "Plain" answered text_ambiguous, on a
+    label shown once). 1024 x 150 rows around the Plain row, as in the issue: every word the
+    app shows there is read at most as often as it is shown, and "Plain" taps its label."""
+    ft.ok("mouse_move", {"x": 999, "y": 999})
+    state = desk.app.state()
+    label = state["rects"]["plain_label"]
+    middle = (label[1] + label[3]) // 2
+    box = (0, middle - 75, 1023, middle + 75)
+    began = time.monotonic()
+    reply = ft.ok("screen_text", {"region": region_of(*box)}, timeout=TEXT_TIMEOUT_S)
+    record("wide_region_screen_text_s", round(time.monotonic() - began, 1))
+    inside = [
+        item
+        for item in state["shown"]
+        if box[0] <= centre(item["rect"])[0] <= box[2]
+        and box[1] <= centre(item["rect"])[1] <= box[3]
+    ]
+    read = Counter(words(reply.output["text"]))
+    shown = Counter(w for item in inside for w in words(" ".join(item["words"])))
+    twice = {w: read[w] for w in shown if read[w] > shown[w]}
+    assert not twice, f"read more often than shown: {twice}; read {reply.output['text']!r}"
+    assert read["plain"] == 1, reply.output["text"]
+    mark = desk.app.mark()
+    tap = ft.ok(
+        "tap_text",
+        {"query": "Plain", "match": "exact", "region": region_of(*box)},
+        timeout=TEXT_TIMEOUT_S,
+    )
+    (press,) = desk.app.wait_events(mark, "press")
+    x0, y0, x1, y1 = label
+    assert x0 <= press["x"] < x1 and y0 <= press["y"] < y1, (press, label, tap.output)

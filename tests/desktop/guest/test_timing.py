@@ -1,6 +1,8 @@
-"""Timing from the real path, measured and printed (never asserted against a number: TCG on a
-shared machine is noisy): the capture's delivered frame rate, and the latency from a tap to the
-first captured frame that shows the application's reaction to it."""
+"""Timing from the real path, measured and printed: the capture's delivered frame rate, and the
+latency from a tap to the first captured frame that shows the application's reaction to it.
+Each is asserted against a bound generous enough for TCG on a shared machine (seen: 5.1 fps,
+2.2 s at worst, with one core kept busy), so that a capture that stalls or a tap that never
+shows fails, and printed with its bound."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from desktop import Fingertip, MjpegReader, colour_fraction, normalized, until
 from test_pointer import MARK_BGR, show_canvas
 
 TAPS = ((200, 450), (420, 520), (640, 450), (300, 600), (560, 640))  # pixels, empty canvas
+MIN_FPS = 1.0  # ffmpeg feeds 10; a board's grabber 30 or 60
+MAX_TAP_TO_FRAME_S = 15.0  # the slowest tap to the first frame showing it
 
 
 @pytest.fixture
@@ -76,7 +80,13 @@ def test_capture_fps_and_tap_to_frame_latency(desk: Desktop, ft: Fingertip, reco
     def ms(values: list[float]) -> str:
         return f"median {statistics.median(values) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms"
 
-    record("capture_delivered_fps", round(fps, 1))
+    record("capture_delivered_fps", f"{fps:.1f} (bound >= {MIN_FPS:g})")
     record("tap_request_to_app_press", ms(sent_to_press))
     record("app_press_to_first_frame_showing_it", ms(press_to_frame))
-    record("tap_request_to_first_frame_showing_it", ms(sent_to_frame))
+    record(
+        "tap_request_to_first_frame_showing_it",
+        f"{ms(sent_to_frame)} (bound: max <= {MAX_TAP_TO_FRAME_S:g} s)",
+    )
+    assert len(sent_to_frame) == len(TAPS) and len(seqs) >= 2, seqs
+    assert fps >= MIN_FPS, f"the capture delivered {fps:.2f} fps over {t1 - t0:.1f} s"
+    assert max(sent_to_frame) <= MAX_TAP_TO_FRAME_S, f"tap to frame: {ms(sent_to_frame)}"

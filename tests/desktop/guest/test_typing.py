@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Desktop
-from desktop import Fingertip, centre, evidence, normalized
+from desktop import TEXT_TIMEOUT_S, Fingertip, centre, evidence, normalized
 
 SENTENCES = {
     "us": "The quick brown fox jumps over the lazy dog. 0123456789 "
     "!@#$%^&*()_+-=[]{};:'\",./<>?\\|`~",
-    "de": "Größe: 5 € für Äpfel & Birnen @ Müller; {x} [y] \\ | ~ µ ² ³ â é è ô ß ÄÖÜ ^ `",
+    "de": "Größe: 5 € für Äpfel & Birnen @ Müller; {x} [y] \\ | ~ µ ² ³ â é è ô ß ÄÖÜ ^ ` ´ ¨",
     "fr": "Où êtes-vous ? À côté de l'île, près du château : 3 € & 2 @ {#} [|] \\ ^ ` ~ "
     "ç à é è ù ï",
 }
@@ -89,10 +89,14 @@ def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layou
     before = ft.screenshot(f"enter-text-{layout}-before")
     mark = desk.app.mark()
     text = {"us": "Ada Lovelace", "de": "Jürgen Groß", "fr": "Amélie Poulain"}[layout]
-    reply = ft.ok("enter_text", {"point": name, "text": text, "clear": True, "submit": True})
+    # The clear is checked on the screen: an OCR read of the field's row (minutes under TCG).
+    args = {"point": name, "text": text, "clear": True, "submit": True}
+    reply = ft.ok("enter_text", args, timeout=TEXT_TIMEOUT_S)
     desk.app.wait_state("name", text)
     (entered,) = desk.app.wait_events(mark, "name_entered")
     assert entered["value"] == text
+    clear = reply.output["action_output"]["clear"]
+    assert clear["keys"] == "home, shift+end, backspace" and clear["verified"] is True, clear
     after = evidence(reply, f"enter-text-{layout}-after")
     x0, y0, x1, y1 = desk.app.state()["rects"]["name"]
     assert (before[y0:y1, x0:x1] != after[y0:y1, x0:x1]).any(), "the field looks the same"

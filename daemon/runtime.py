@@ -14,6 +14,7 @@ from daemon.config import Config
 if TYPE_CHECKING:
     from daemon.auth import Auth
     from daemon.engine import InputEngine
+    from daemon.media import MediaStore
     from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
     from daemon.tools.shell import ShellService
@@ -45,6 +46,7 @@ class Runtime:
     # filled by the composition root, read by health_check.
     status: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
+    media: MediaStore | None = None  # virtual media: images and the drive (daemon.media)
 
     @property
     def platform(self) -> str:

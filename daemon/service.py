@@ -23,6 +23,7 @@ from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.errors import ToolError
+from daemon.media import MediaStore, drive_for
 from daemon.posture import posture
 from daemon.runtime import Runtime
 from daemon.screen.ocr import Ocr
@@ -36,6 +37,7 @@ from daemon.transports import limits
 from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
+from daemon.transports.media_http import routes as media_routes
 from daemon.transports.openapi import OpenApi
 from daemon.transports.responses import body_limit
 from daemon.transports.stream_http import routes as stream_routes
@@ -74,6 +76,7 @@ def build(config: Config) -> Daemon:
     meter = metrics.Metrics(VERSION, config.platform, config.backend.kind)
     metrics.instrument(backend, meter)
     auth = Auth(config, load_or_create_token(config))
+    media = MediaStore(config, drive_for(config, backend))
     rt = Runtime(
         config,
         backend,
@@ -82,8 +85,10 @@ def build(config: Config) -> Daemon:
         shell=ShellService(config),
         ocr=Ocr(config.ocr),
         auth=auth,
+        media=media,
     )
     rt.status["ocr"] = rt.ocr.status
+    rt.status["media"] = media.status
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
@@ -119,6 +124,8 @@ def build(config: Config) -> Daemon:
     stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
     app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
+    timeout = config.server.body_timeout_s
+    app.add_routes(media_routes(media, auth, http_guard, catalog, timeout))
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend
         from daemon.transports.sim_control import routes as sim_routes

@@ -95,6 +95,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},
+                "media": {"type": "object"},
                 "security": {"type": "object"},
             },
             required=["ok", "version"],

@@ -238,12 +238,27 @@ BEFORE_DATA = {
     "too_many_viewers": 503,
 }
 BY_HAND = {"websocket_upgrade_required": 426, "tls_required": 400}
+# Codes new since: virtual media's upload route (issue 47).
+MEDIA_ROUTE = {
+    "media_name_invalid": 400,
+    "media_upload_incomplete": 400,
+    "media_files_invalid": 400,
+    "media_not_found": 404,
+    "media_attached": 409,
+    "media_busy": 409,
+    "media_locked": 409,
+    "media_quota_exceeded": 413,
+    "media_image_unreadable": 422,
+    "media_unavailable": 503,
+    "media_disk_full": 507,
+}
 
 
 @pytest.mark.parametrize("code", sorted(CODES))
 def test_every_status_is_the_one_it_was(code: str) -> None:
     assert http_status(code, tool_call=True) == BEFORE_CALL.get(code, 200)
-    assert http_status(code) == BEFORE_DATA.get(code, BY_HAND.get(code, 500))
+    data = {**BEFORE_DATA, **BY_HAND, **MEDIA_ROUTE}
+    assert http_status(code) == data.get(code, 500)
 
 
 def test_an_undeclared_code_keeps_the_old_fallbacks() -> None:

@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,10 +67,15 @@ def _tool_error(exc: GadgetError) -> ToolError:
 
 
 class GadgetDrive:
-    """The board's drive: the mass-storage function's LUN through gadget.configfs."""
+    """The board's drive: the mass-storage function's LUN through gadget.configfs. A target
+    reads the drive's type (CD-ROM or disk) only when it enumerates the device: attaching in
+    the other mode re-enumerates the composite (`reenumerate`, the board's profiles)."""
 
-    def __init__(self, gadget: Any) -> None:
+    def __init__(
+        self, gadget: Any, reenumerate: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.gadget = gadget  # gadget.configfs.Gadget
+        self.reenumerate = reenumerate
 
     def medium(self) -> Medium | None:
         medium: Medium | None = self.gadget.medium()
@@ -78,9 +83,13 @@ class GadgetDrive:
 
     async def attach(self, medium: Medium) -> None:
         try:
+            was_cdrom = await asyncio.to_thread(self.gadget.drive_is_cdrom)
             await asyncio.to_thread(self.gadget.attach_medium, medium)
         except GadgetError as exc:
             raise _tool_error(exc) from exc
+        if was_cdrom != medium.cdrom and self.reenumerate is not None:
+            log.info("media.reenumerating", cdrom=medium.cdrom)
+            await self.reenumerate()
 
     async def eject(self, *, forced: bool) -> bool:
         try:
@@ -127,7 +136,7 @@ def drive_for(config: Config, backend: Any) -> Drive | None:
     if config.backend.kind == "simulated":
         return SimulatedDrive()
     if config.gadget.mass_storage:
-        return GadgetDrive(backend.gadget)
+        return GadgetDrive(backend.gadget, backend.board_profiles.reenumerate)
     return None
 
 

@@ -494,6 +494,10 @@ class Gadget:
         }
         return Medium(Path(path), cdrom=flags["cdrom"], read_only=flags["ro"])
 
+    def drive_is_cdrom(self) -> bool:
+        """The LUN's type as the target read it at its last enumeration (CD-ROM or disk)."""
+        return _text(self.ops.read(self._lun / "cdrom") or b"0").strip() == "1"
+
     def attach_medium(self, medium: Medium) -> None:
         """Put `medium` into the empty drive: mode first (the kernel refuses a change of ro or
         cdrom while a file is open), the file last; a failure puts the mode back."""

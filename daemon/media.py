@@ -159,7 +159,9 @@ class MediaStore:
         self.drive = drive
         self.quota = int(config.media.quota_mb * MB)
         self.reserve = int(config.media.reserve_mb * MB)
-        self._uploading: set[str] = set()
+        # Running uploads and drops: name -> the bytes each may write. Subtracted from the room
+        # a new one gets, so uploads running together cannot pass the quota between them.
+        self._uploading: dict[str, int] = {}
         self._lock = asyncio.Lock()  # attach, detach, delete and the end of an upload
         try:
             self.prepare()
@@ -186,11 +188,12 @@ class MediaStore:
         return path
 
     def used(self) -> int:
-        """Bytes the folder's images and running uploads take."""
+        """Bytes the folder's images take (running uploads are counted by what they may
+        write, see room)."""
         total = 0
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.dir):
-                if entry.is_file(follow_symlinks=False):
+                if entry.is_file(follow_symlinks=False) and not entry.name.startswith(_PARTIAL):
                     total += entry.stat(follow_symlinks=False).st_size
         return total
 
@@ -258,8 +261,9 @@ class MediaStore:
         if replacing is not None:
             with contextlib.suppress(FileNotFoundError):
                 used -= (self.dir / replacing).stat().st_size
-        by_quota = self.quota - used
-        by_disk = shutil.disk_usage(self.dir).free - self.reserve
+        running = sum(self._uploading.values())
+        by_quota = self.quota - used - running
+        by_disk = shutil.disk_usage(self.dir).free - self.reserve - running
         if by_disk < by_quota:
             return max(0, by_disk), True
         return max(0, by_quota), False
@@ -289,11 +293,11 @@ class MediaStore:
         if length is not None and length > room:
             raise self._refuse_size(length, room, by_disk)
         limit = room if length is None else length
-        self._uploading.add(name)
+        self._uploading[name] = limit
         temp = self.dir / f"{_PARTIAL}{secrets.token_hex(8)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
         sha, size = hashlib.sha256(), 0
         try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
             try:
                 async for chunk in chunks:
                     size += len(chunk)
@@ -325,7 +329,7 @@ class MediaStore:
                 raise ToolError("media_disk_full", message) from exc
             raise
         finally:
-            self._uploading.discard(name)
+            del self._uploading[name]
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
         log.info("media.uploaded", image=name, size=size)
@@ -348,7 +352,7 @@ class MediaStore:
             raise ToolError("media_busy", f"{name!r} is being uploaded already", retryable=True)
         self.dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         temp = self.dir / f"{_PARTIAL}{secrets.token_hex(8)}"
-        self._uploading.add(name)
+        self._uploading[name] = size
         try:
             await asyncio.to_thread(fat.build, temp, files, size)
             async with self._lock:
@@ -356,7 +360,7 @@ class MediaStore:
                 os.replace(temp, path)
                 _fsync_dir(self.dir)
         finally:
-            self._uploading.discard(name)
+            del self._uploading[name]
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
         digest = await asyncio.to_thread(_sha256, path)

@@ -5,6 +5,8 @@ only when it enumerates."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -97,3 +99,36 @@ def test_no_drive_without_mass_storage_on_a_board(tmp_path: Path) -> None:
     config = cfg.from_mapping({"state": {"dir": str(tmp_path)}})
     assert drive_for(config, None) is None
     assert MediaStore(config, None).status()["drive"] is False
+
+
+async def test_uploads_running_together_share_the_quota(tmp_path: Path) -> None:
+    config = cfg.from_mapping(
+        {
+            "state": {"dir": str(tmp_path)},
+            "backend": {"kind": "simulated"},
+            "media": {"quota_mb": 1},
+        }
+    )
+    store = MediaStore(config, SimulatedDrive())
+    release = asyncio.Event()
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"a" * 1000
+        await release.wait()
+
+    first = asyncio.ensure_future(store.upload("one.img", slow(), 600_000))
+    while "one.img" not in store._uploading:
+        await asyncio.sleep(0)
+    with pytest.raises(ToolError) as refused:
+        await store.upload("two.img", _once(b"b" * 600_000), 600_000)
+    assert refused.value.code == "media_quota_exceeded"
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert sorted(p.name for p in store.dir.iterdir()) == []  # the cut one left nothing
+    made = await store.upload("two.img", _once(b"b" * 600_000), 600_000)
+    assert made.size == 600_000
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data

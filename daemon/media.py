@@ -367,7 +367,7 @@ class MediaStore:
         log.info("media.dropped", image=name, files=len(files), size=size)
         return Uploaded(name, size, digest)
 
-    def _readable(self, name: str) -> Path:
+    def readable(self, name: str) -> Path:
         """An image whose files may be read: not attached writable (the target may be
         writing, and its cache is not on the image until it lets go)."""
         path = self.existing(name)
@@ -379,11 +379,11 @@ class MediaStore:
         return path
 
     async def files(self, name: str) -> list[dict[str, Any]]:
-        path = self._readable(name)
+        path = self.readable(name)
         return await asyncio.to_thread(fat.list_files, path)
 
     async def read(self, name: str, file: str, max_bytes: int) -> tuple[bytes, str]:
-        path = self._readable(name)
+        path = self.readable(name)
         return await asyncio.to_thread(fat.read_file, path, file, max_bytes)
 
     # --- the drive -----------------------------------------------------------------------------

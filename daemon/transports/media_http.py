@@ -1,4 +1,5 @@
-"""Virtual media's upload route: PUT /api/media/images/{name} streams the body to disk
+"""Virtual media's routes. GET /api/media/images/{name} returns a whole image (a private read,
+like media_files). PUT /api/media/images/{name} streams the body to disk
 (daemon/media.py bounds it by the quota and the free space, hashes it and renames it into place
 once whole). A write, as attaching is: the tools API's token rule and the HTTP guard
 (Caller.authorize). The flight recorder records it as the media_upload invocation.
@@ -25,6 +26,7 @@ from daemon.transports.responses import error_response
 
 log = structlog.get_logger("daemon.media")
 TOOL = "media_upload"  # the name the upload is recorded and authorized under
+DOWNLOAD = "media_download"
 
 
 def routes(
@@ -91,6 +93,21 @@ def routes(
             except Exception:
                 log.exception("invocation_observer_failed", tool=TOOL)
 
+    async def download(request: web.Request) -> web.StreamResponse:
+        """The whole image, as the target left it: private (what the target saved), and not
+        while it is attached writable (the target may be writing)."""
+        try:
+            caller = auth.caller("http", guard, request, kind="http")
+            caller.authorize(DOWNLOAD, "read", private=True)
+            path = store.readable(check_name(request.match_info["name"]))
+        except ToolError as exc:
+            return error_response(exc)
+        headers = {"Content-Disposition": f'attachment; filename="{path.name}"'}
+        return web.FileResponse(path, chunk_size=CHUNK, headers=headers)
+
     handler: Any = upload
     handler.streams_body = True  # limits.body_deadline leaves it to the per-chunk timeout
-    return [web.put("/api/media/images/{name}", handler)]
+    return [
+        web.put("/api/media/images/{name}", handler),
+        web.get("/api/media/images/{name}", download),
+    ]

@@ -327,3 +327,34 @@ async def test_the_daemons_memory_stays_flat_while_an_upload_streams(
         f"{peak / 1024:.1f} MB (+{(peak - before) / 1024:.1f} MB, {len(samples)} samples)"
     )
     assert peak - before < 16 * 1024, (before, peak)
+
+
+async def test_the_whole_image_comes_back_privately_and_not_while_attached_writable(
+    make_daemon: Any,
+) -> None:
+    d = make_daemon({"auth": {"require_on_loopback": True}})
+    bearer = {"Authorization": f"Bearer {d.token}"}
+    image = pattern(2 * MB + 5)
+    assert (await put(d, "w.img", image, headers=bearer))[0] == 200
+    async with aiohttp.ClientSession() as s:
+        url = f"{d.base}/api/media/images/w.img"
+        async with s.get(url) as r:
+            assert r.status == 401  # private: no token, no image
+        async with s.post(
+            f"{d.base}/api/tools/media_attach",
+            json={"input": {"name": "w.img"}},
+            headers=bearer,
+        ) as r:
+            assert r.status == 200 and not (await r.json()).get("is_error")
+        async with s.get(url, headers=bearer) as r:
+            assert r.status == 409 and (await r.json())["error"]["code"] == "media_attached"
+        async with s.post(
+            f"{d.base}/api/tools/media_detach", json={"input": {}}, headers=bearer
+        ) as r:
+            assert r.status == 200
+        async with s.get(url, headers=bearer) as r:
+            assert r.status == 200
+            assert hashlib.sha256(await r.read()).digest() == hashlib.sha256(image).digest()
+        async with s.get(f"{d.base}/api/media/images/..%2Fpairing-token", headers=bearer) as r:
+            assert r.status in (400, 404)
+            assert d.token not in await r.text()

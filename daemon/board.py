@@ -183,6 +183,27 @@ class BoardProfiles:
         )
         return True
 
+    async def reenumerate(self) -> None:
+        """Unbind and bind the live composite unchanged, so the target reads again what it
+        reads only at enumeration (the drive's type: CD-ROM or disk); the writers follow."""
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self._rebind)
+            finally:
+                live, nodes = await asyncio.to_thread(self._observe)
+                self._profile = live
+                self.hid.attach(nodes)
+
+    def _rebind(self) -> None:
+        settings = self.gadget.settings
+        self.gadget.unbind()
+        self.gadget.bind()
+        self._await_access(settings.node_access_timeout)
+        try:
+            self.gadget.wait_configured(settings.attach_timeout)
+        except ConfigfsError as exc:
+            log.warning("board.target_absent", after="rebind", error=exc.message)
+
     def _await_access(self, timeout: float) -> None:
         """(thread) A rebind re-creates the /dev/hidgN nodes root-only and udev then gives them
         the daemon's group (etc/udev/70-fingertip.rules); a daemon running as its own user

@@ -478,6 +478,24 @@ class WeatherConfig:
 
 
 @dataclass(frozen=True)
+class MediaConfig:
+    """Virtual media (daemon/media): disk images the target sees as a USB drive, kept in a
+    folder of their own; the drive itself is [gadget].mass_storage."""
+
+    dir: str = _key("", _STR, "the images' folder; empty = <state.dir>/media")
+    quota_mb: float = _key(
+        2048.0, _num(1, 1 << 20), "all images together; an upload past it is refused"
+    )
+    reserve_mb: float = _key(
+        64.0, _num(0, 65536), "free space an upload always leaves on the images' file system"
+    )
+    max_uploads: int = _key(2, _int(1, 16), "uploads running at once (each holds one buffer)")
+    drop_max_mb: float = _key(
+        64.0, _num(1, 2048), "largest FAT image a file drop builds (the files it holds)"
+    )
+
+
+@dataclass(frozen=True)
 class SkillsConfig:
     dir: str = _key("", _STR, "folder searched for */SKILL.md; empty = none")
 
@@ -523,6 +541,7 @@ class Config:
     shell: ShellConfig = field(default_factory=ShellConfig)
     weather: WeatherConfig = field(default_factory=WeatherConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
+    media: MediaConfig = field(default_factory=MediaConfig)
     log: LogConfig = field(default_factory=LogConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     gadget: GadgetSettings = field(default_factory=GadgetSettings)
@@ -538,6 +557,10 @@ class Config:
     @property
     def state_dir(self) -> Path:
         return Path(self.state.dir)
+
+    @property
+    def media_dir(self) -> Path:
+        return Path(self.media.dir) if self.media.dir else self.state_dir / "media"
 
 
 # The sections validated here (gadget is validated by its own package).

@@ -102,6 +102,25 @@ CODES: dict[str, Code] = {
     "target_not_attached": _tool("the target is not attached or not reading", retry=True),
     "gadget_configfs_failed": _tool("configfs or the UDC refused the gadget", retry=True),
     "gadget_error": _tool("another failure on the USB device side"),
+    "gadget_endpoint_budget": _tool(
+        "the composite needs more endpoints than the UDC has: the message names what to drop"
+    ),
+    # Virtual media (daemon/media.py): tools, and the upload and download routes' statuses.
+    "media_name_invalid": _tool("an image or file name that is not one file's name", status=400),
+    "media_not_found": _tool("no image (or file in it) of that name", status=404),
+    "media_attached": _tool("the image is attached to the target: detach it first", status=409),
+    "media_busy": _tool(
+        "the drive holds another image, or the image is uploading", status=409, retry=None
+    ),
+    "media_locked": _tool(
+        "the target locked the drive's medium: eject there, or force", status=409, retry=True
+    ),
+    "media_unavailable": _tool("the composite has no drive ([gadget].mass_storage)", status=503),
+    "media_quota_exceeded": _tool("the upload does not fit the images' quota", status=413),
+    "media_disk_full": _tool("the upload does not fit the free disk space", status=507),
+    "media_upload_incomplete": _tool("the body did not match its Content-Length", status=400),
+    "media_files_invalid": _tool("a file drop's files are not valid or too big", status=400),
+    "media_image_unreadable": _tool("the image holds no FAT file system we can read", status=422),
     "capture_unavailable": _tool("the capture device delivers no frames", status=503, retry=True),
     "ocr_busy": _tool("too many OCR runs are queued", retry=True),
     "ocr_disabled": _tool("on-device OCR is off on this board"),

@@ -15,6 +15,7 @@ from daemon.screen.geometry import ScreenGeometry
 if TYPE_CHECKING:
     from daemon.auth import Auth
     from daemon.engine import InputEngine
+    from daemon.media import MediaStore
     from daemon.screen.ocr import Ocr
     from daemon.screen.service import Screen
     from daemon.shell import ShellService
@@ -48,6 +49,7 @@ class Runtime:
     geometry: ScreenGeometry = field(default_factory=ScreenGeometry)
     run_state: RunState = field(default_factory=RunState)
     started_at: float = field(default_factory=time.monotonic)
+    media: MediaStore | None = None  # virtual media: images and the drive (daemon.media)
 
     @property
     def platform(self) -> str:

@@ -24,6 +24,7 @@ from daemon.discovery import Announcer
 from daemon.engine import InputEngine
 from daemon.errors import ToolError
 from daemon.lifecycle import Lifecycle, Part, on_stop
+from daemon.media import MediaStore, drive_for
 from daemon.posture import posture
 from daemon.runtime import Runtime
 from daemon.screen import calibrate
@@ -35,7 +36,7 @@ from daemon.shell import ShellService
 from daemon.tls import Tls
 from daemon.tools import new_catalog, register_tools
 from daemon.trace.recorder import Recorder
-from daemon.transports import limits, metrics_http, stream_http
+from daemon.transports import limits, media_http, metrics_http, stream_http
 from daemon.transports.http import HttpApi, security_middleware
 from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
@@ -100,6 +101,7 @@ def build(config: Config) -> Daemon:
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
     stream = StreamHub(frames, config.stream, config.capture.no_frame_timeout_s)
     ocr = Ocr(config.ocr)
+    media = MediaStore(config, drive_for(config, backend))
     rt = Runtime(
         config,
         counted,
@@ -113,11 +115,13 @@ def build(config: Config) -> Daemon:
         status={
             "ocr": ocr.status,
             "screen": geometry.status,
+            "media": media.status,
             "security": posture(config, auth, tls, catalog),
             "trace": recorder.status,
             "stream": stream.metrics,
         },
         geometry=geometry,
+        media=media,
     )
     register_tools(catalog, rt)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
@@ -144,6 +148,7 @@ def build(config: Config) -> Daemon:
         *metrics_http.routes(meter),
         *TraceApi(recorder, catalog, rt.screen, config.server.send_timeout_s).routes(),
         *stream_http.routes(stream, auth, catalog.running, geometry.status),
+        *media_http.routes(media, catalog, config.server.body_timeout_s),
     ]
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend

@@ -9,18 +9,28 @@ test VM and in the unit tests.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from gadget.errors import ConfigfsError
-from gadget.profiles import ROLE_OF_INSTANCE, Profile, parse_label
+from gadget.errors import ConfigfsError, EndpointBudgetExceeded, GadgetError
+from gadget.profiles import (
+    INSTANCES,
+    LUN,
+    MASS_STORAGE,
+    ROLE_OF_INSTANCE,
+    Profile,
+    over_budget,
+    parse_label,
+)
 from gadget.settings import GadgetSettings
 
 log = structlog.get_logger("gadget.configfs")
@@ -33,6 +43,7 @@ _NUMERIC = frozenset(
     {
         *("idVendor", "idProduct", "bcdDevice", "bcdUSB", "MaxPower", "bmAttributes"),
         *("protocol", "subclass", "report_length", "no_out_endpoint", "qmult"),
+        *("stall", "removable", "ro", "cdrom"),
     }
 )
 _MACS = frozenset({"host_addr", "dev_addr"})
@@ -105,6 +116,15 @@ def _same(path: Path, live: bytes | None, want: bytes) -> bool:
 
 
 _Undo = tuple[str, Callable[[], None]]
+
+
+@dataclass(frozen=True)
+class Medium:
+    """What the drive holds: an image file, shown as a CD-ROM or a flash drive, maybe ro."""
+
+    path: Path
+    cdrom: bool = False
+    read_only: bool = False
 
 
 class Gadget:
@@ -368,6 +388,9 @@ class Gadget:
         """Make `profile` live, touching nothing when it already is. True when something
         changed (the target re-enumerates). On failure the previous state comes back and
         ConfigfsError is raised: never a half-built gadget."""
+        refusal = over_budget(profile, self.settings.udc_endpoints)
+        if refusal is not None:
+            raise EndpointBudgetExceeded(refusal)
         with self._lock:
             root = self.path.parent
             if not self.ops.exists(root):
@@ -453,6 +476,74 @@ class Gadget:
                 failures.append(f"undoing {what}: {exc}")
         log.info("gadget.rolled_back", steps=len(journal), failures=failures)
         return failures
+
+    # --- the drive (mass storage's one LUN) ------------------------------------------------------
+
+    @property
+    def _lun(self) -> Path:
+        return self.path / "functions" / INSTANCES[MASS_STORAGE] / LUN
+
+    def medium(self) -> Medium | None:
+        """What the drive holds now, as the kernel says; None when empty or no drive."""
+        raw = self.ops.read(self._lun / "file")
+        path = _text(raw or b"").strip()
+        if not path:
+            return None
+        flags = {
+            n: _text(self.ops.read(self._lun / n) or b"0").strip() == "1" for n in ("ro", "cdrom")
+        }
+        return Medium(Path(path), cdrom=flags["cdrom"], read_only=flags["ro"])
+
+    def drive_is_cdrom(self) -> bool:
+        """The LUN's type as the target read it at its last enumeration (CD-ROM or disk)."""
+        return _text(self.ops.read(self._lun / "cdrom") or b"0").strip() == "1"
+
+    def attach_medium(self, medium: Medium) -> None:
+        """Put `medium` into the empty drive: mode first (the kernel refuses a change of ro or
+        cdrom while a file is open), the file last; a failure puts the mode back."""
+        with self._lock:
+            if not self.ops.exists(self._lun):
+                raise GadgetError(
+                    "the composite has no drive (set gadget.mass_storage = true)",
+                    code="media_unavailable",
+                )
+            if self.medium() is not None:
+                raise GadgetError("the drive holds a medium: detach it first", code="media_busy")
+            journal: list[_Undo] = []
+            try:
+                for name, value in (("ro", medium.read_only), ("cdrom", medium.cdrom)):
+                    path, old = self._lun / name, self.ops.read(self._lun / name) or b"0"
+                    self.ops.write(path, b"1" if value else b"0")
+                    journal.append((f"write {path}", functools.partial(self.ops.write, path, old)))
+                self.ops.write(self._lun / "file", str(medium.path).encode())
+            except OSError as exc:
+                self._rollback(journal)
+                raise ConfigfsError(f"attaching {medium.path.name}: {exc}") from exc
+            log.info("gadget.medium_attached", image=str(medium.path), cdrom=medium.cdrom,
+                     read_only=medium.read_only)  # fmt: skip
+
+    def eject_medium(self, *, forced: bool) -> bool:
+        """Empty the drive; False when it was empty. Unforced, a target that locked the medium
+        (PREVENT MEDIUM REMOVAL, as a mounted drive often is) makes it fail with media_locked;
+        forced_eject takes it away regardless, as pulling a stick out would."""
+        with self._lock:
+            if self.medium() is None:
+                return False
+            try:
+                if forced and self.ops.exists(self._lun / "forced_eject"):
+                    self.ops.write(self._lun / "forced_eject", b"1")
+                else:
+                    self.ops.write(self._lun / "file", b"\n")
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    raise GadgetError(
+                        "the target has locked the drive's medium: eject it there, or force",
+                        code="media_locked",
+                        retryable=True,
+                    ) from exc
+                raise ConfigfsError(f"ejecting the medium: {exc}") from exc
+            log.info("gadget.medium_ejected", forced=forced)
+            return True
 
     # --- tearing down ------------------------------------------------------------------------
 

@@ -32,6 +32,13 @@ class ConfigfsError(GadgetError):
     retryable = True
 
 
+class EndpointBudgetExceeded(ConfigfsError):
+    """The composite needs more endpoints than the UDC has: refused before anything changes."""
+
+    code = "gadget_endpoint_budget"
+    retryable = False
+
+
 class UnknownKey(GadgetError):
     """A key, consumer or KEYCODE_* name we do not know; the message lists the closest names."""
 

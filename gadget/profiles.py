@@ -20,7 +20,15 @@ INSTANCES = {
     "consumer": "hid.consumer",
     "ecm": "ecm.usb0",
     "pointer": "hid.pointer",
+    "mass_storage": "mass_storage.usb0",
 }
+MASS_STORAGE = "mass_storage"
+LUN = "lun.0"  # the one LUN: the kernel makes it with the function
+
+# Endpoints besides ep0 per function kind: a HID function has an interrupt IN and, unless
+# no_out_endpoint is set, an interrupt OUT; ECM a notification IN and a bulk pair; mass storage
+# a bulk pair.
+ECM_ENDPOINTS, MASS_STORAGE_ENDPOINTS = 3, 2
 ROLE_OF_INSTANCE = {instance: role for role, instance in INSTANCES.items()}
 
 
@@ -47,6 +55,7 @@ class FunctionSpec:
     attrs: Mapping[str, str] = field(default_factory=dict)
     # Written only where the kernel has the file (no_out_endpoint is new in 5.x).
     optional_attrs: Mapping[str, str] = field(default_factory=dict)
+    endpoints: int = 1  # besides ep0, counted against the UDC before binding
 
     def attributes(self) -> dict[str, bytes]:
         """Every required attribute file with its content, HID ones first."""
@@ -74,6 +83,30 @@ class Profile:
     def roles(self) -> tuple[str, ...]:
         return tuple(f.role for f in self.functions)
 
+    def endpoints(self) -> int:
+        """Endpoints the composite needs, ep0 included."""
+        return 1 + sum(f.endpoints for f in self.functions)
+
+
+def over_budget(profile: Profile, available: int) -> str | None:
+    """Why `profile` does not fit a UDC of `available` endpoints (ep0 included), naming what to
+    drop; None when it fits. Checked before anything is written: never a half-bound gadget."""
+    need = profile.endpoints()
+    if need <= available:
+        return None
+    parts = ", ".join(f"{f.role} {f.endpoints}" for f in profile.functions)
+    excess = need - available
+    droppable = [
+        f"{f.role} ({f.endpoints}, gadget.{f.role} = false)"
+        for f in profile.functions
+        if f.role in ("ecm", MASS_STORAGE) and f.endpoints >= excess
+    ]
+    hint = f"drop {' or '.join(droppable)}" if droppable else "drop functions"
+    return (
+        f"profile {profile.name!r} needs {need} endpoints (ep0 1, {parts}) but the UDC has"
+        f" {available} (gadget.udc_endpoints): {hint}"
+    )
+
 
 def _identity(name: str, s: GadgetSettings) -> Identity:
     full = name == "full"
@@ -88,17 +121,35 @@ def _identity(name: str, s: GadgetSettings) -> Identity:
     )
 
 
+def inquiry_string(s: GadgetSettings) -> str:
+    """The SCSI INQUIRY vendor (8), product (16) and revision (4) fields as the kernel keeps
+    them: padded with spaces to 28 characters, so the live file reads back the same."""
+    return f"{s.media_vendor:<8.8}{s.media_product:<16.16}{'1.00':<4}"
+
+
 def _function(role: str, platform: str, s: GadgetSettings) -> FunctionSpec:
     if role == "ecm":
         attrs = {"host_addr": s.host_mac, "dev_addr": s.dev_mac}
-        return FunctionSpec(INSTANCES[role], role, attrs=attrs)
+        return FunctionSpec(INSTANCES[role], role, attrs=attrs, endpoints=ECM_ENDPOINTS)
+    if role == MASS_STORAGE:
+        # What is attached (file, ro, cdrom) is no part of the profile: it changes while bound
+        # (gadget.configfs.Gadget.attach_medium) and a profile switch keeps it.
+        attrs = {
+            "stall": "0",  # some hosts (older macOS) mishandle a stalled bulk endpoint
+            f"{LUN}/removable": "1",
+            f"{LUN}/inquiry_string": inquiry_string(s),
+        }
+        return FunctionSpec(INSTANCES[role], role, attrs=attrs, endpoints=MASS_STORAGE_ENDPOINTS)
     hid = {
         "keyboard": descriptors.KEYBOARD,
         "consumer": descriptors.CONSUMER,
         "pointer": descriptors.pointer_for(platform),
     }[role]
     optional = {"no_out_endpoint": "1"} if s.hid_no_out_endpoint else {}
-    return FunctionSpec(INSTANCES[role], role, hid=hid, optional_attrs=optional)
+    endpoints = 1 if s.hid_no_out_endpoint else 2
+    return FunctionSpec(
+        INSTANCES[role], role, hid=hid, optional_attrs=optional, endpoints=endpoints
+    )
 
 
 def config_label(name: str, instances: tuple[str, ...]) -> str:
@@ -128,6 +179,12 @@ def build_profile(name: str, platform: str, settings: GadgetSettings) -> Profile
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
     roles = [r for r in settings.function_order if has_role(name, r)]
+    if not settings.ecm:
+        roles.remove("ecm")
+    if settings.mass_storage:
+        # In every profile, not a profile of its own: the engine switches between full and
+        # keyboard-isolated by itself, and a drive only in one of them would vanish mid-copy.
+        roles.append(MASS_STORAGE)
     functions = tuple(_function(role, platform, settings) for role in roles)
     return Profile(
         name=name,

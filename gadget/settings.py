@@ -153,6 +153,25 @@ class GadgetSettings:
     # Saves an endpoint per HID function (dwc2 has few); output reports then arrive by SET_REPORT.
     hid_no_out_endpoint: bool = _key(True, {"type": "boolean"}, "true or false")
 
+    # Virtual media: a removable drive (f_mass_storage, 2 endpoints) last in every profile. Off
+    # by default: it changes the device the target sees, and with the ECM link (3 endpoints) the
+    # composite needs 9 of the 8 endpoints a Raspberry Pi's dwc2 has; `ecm = false` makes room.
+    mass_storage: bool = _key(False, {"type": "boolean"}, "true or false")
+    ecm: bool = _key(True, {"type": "boolean"}, "true or false")
+    # Endpoints of the UDC, ep0 included; a composite needing more is refused before binding.
+    udc_endpoints: int = _key(
+        8, {"type": "integer", "minimum": 2, "maximum": 32}, "an integer 2..32 (ep0 included)"
+    )
+    # SCSI INQUIRY strings of the drive (8 and 16 printable ASCII characters at most).
+    media_vendor: str = _key(
+        "Fingertp", {"type": "string", "pattern": "^[ -~]{1,8}$"}, "1..8 printable ASCII characters"
+    )
+    media_product: str = _key(
+        "Virtual Drive",
+        {"type": "string", "pattern": "^[ -~]{1,16}$"},
+        "1..16 printable ASCII characters",
+    )
+
     attach_timeout: float = _seconds(5.0, 0.1, 120)
     # After a re-enumeration, how long to wait for udev to give the new /dev/hidgN nodes the
     # daemon's group before the writers open them anyway. Milliseconds on an idle board; a

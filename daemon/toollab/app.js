@@ -164,6 +164,7 @@ async function invoke() {
   const raw = $("tool-input").value;
   try {
     showResponse(await callTool(tool.name, { raw_input: raw }));
+    if (tool.name.startsWith("media_")) showMedia().catch(() => {});
   } catch (err) {
     showResponse({ status: 0, reply: { is_error: true, output: String(err) }, roundTripMs: 0 });
   } finally {
@@ -196,6 +197,20 @@ function showResponse({ status, reply, roundTripMs }) {
   if (src) evidence.src = src;
 }
 
+// What the target's USB drive holds (virtual media), after loading and after any media_ call.
+async function showMedia() {
+  const { status, reply } = await callTool("media_list", { input: {} });
+  const value = status === 200 && !reply.is_error ? parseOutput(reply) : null;
+  if (!value || !value.drive) {
+    $("media").textContent = "";
+    return;
+  }
+  const a = value.attached;
+  $("media").textContent = a
+    ? `USB drive: ${a.name} (${a.mode}${a.read_only ? ", read-only" : ""})`
+    : "USB drive: empty";
+}
+
 // The live screen and its takeover are takeover.js.
 
 // ---- start ------------------------------------------------------------------------------
@@ -211,6 +226,7 @@ function start() {
   loadCatalog().catch((err) => {
     $("tool-list").textContent = `cannot load the catalog: ${err}`;
   });
+  showMedia().catch(() => {});
 }
 
 start();

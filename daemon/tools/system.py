@@ -105,6 +105,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},
                 "screen": {"type": "object"},
+                "media": {"type": "object"},
                 "security": {"type": "object"},
             },
             required=["ok", "version"],

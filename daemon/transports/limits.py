@@ -331,7 +331,9 @@ def body_deadline(timeout: float) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         timer = None
-        if request.body_exists and not request.content.is_eof():
+        # A route that streams its body (a media upload) bounds each chunk's wait itself.
+        streams = getattr(request.match_info.handler, "streams_body", False)
+        if request.body_exists and not request.content.is_eof() and not streams:
             timer = asyncio.get_running_loop().call_later(timeout, expire, request)
         try:
             response: web.StreamResponse = await handler(request)

@@ -82,6 +82,9 @@ class Route:
     path: str
     handler: Handler
     access: Access
+    # Its body may take longer than [server].body_timeout_s (an image upload): the handler
+    # bounds each chunk's wait itself, and limits.body_deadline leaves it alone.
+    streams_body: bool = False
 
 
 def mount(
@@ -107,6 +110,7 @@ def wrap(route: Route, auth: Auth, guard: Guard) -> typedefs.Handler:
             return data_error(exc)
 
     checked.access = access  # type: ignore[attr-defined]  # read by the route table's test
+    checked.streams_body = route.streams_body  # type: ignore[attr-defined]  # body_deadline
     return checked
 
 

@@ -46,6 +46,8 @@ def fuzz_overrides() -> dict[str, dict[str, Any]]:
 
 # Read tools that need the token off loopback all the same: a phone's screen is private.
 SHOWS_THE_SCREEN = {"screenshot", "wait_for_stable_screen", "screen_text", "find_text"}
+# Private reads besides the screen: what the target saved on a drive (daemon/tools/media.py).
+PRIVATE_READS = SHOWS_THE_SCREEN | {"media_files", "media_file_read"}
 
 
 async def test_document_follows_the_catalog(make_daemon: Callable[..., DaemonProcess]) -> None:
@@ -72,7 +74,7 @@ async def test_document_follows_the_catalog(make_daemon: Callable[..., DaemonPro
         jsonschema.validate(body["example"], body["schema"])  # the catalog's example fits
         # Every error status of the HTTP codec is described with its codes.
         for status in {s for s in STATUS.values() if s != 404}:
-            if status == 401 and entry["policy"] == "read" and name not in SHOWS_THE_SCREEN:
+            if status == 401 and entry["policy"] == "read" and name not in PRIVATE_READS:
                 assert "401" not in op["responses"]
                 continue
             codes = op["responses"][str(status)]["content"]["application/json"]["schema"]

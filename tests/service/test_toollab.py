@@ -143,3 +143,19 @@ def test_token_is_asked_once_and_kept(
     expect(page.locator("#takeover-status")).to_contain_text("200 ok", timeout=20000)
     assert d.sim_state()["app"] == "Clock"
     context.close()
+
+
+def test_the_header_shows_what_the_usb_drive_holds(
+    make_daemon: Callable[..., DaemonProcess], browser: Browser
+) -> None:
+    d = make_daemon()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(d.base + "/")
+    expect(page.locator("#media")).to_have_text("USB drive: empty")
+    drop = {"files": [{"name": "a.txt", "content_base64": "YQo="}], "read_only": True}
+    invoke(page, "media_drop", json.dumps(drop))
+    expect(page.locator("#response-status")).to_have_text("200 ok", timeout=20000)
+    expect(page.locator("#media")).to_have_text("USB drive: drop.img (flash, read-only)")
+    invoke(page, "media_detach", "{}")
+    expect(page.locator("#media")).to_have_text("USB drive: empty")
+    page.close()

@@ -22,6 +22,7 @@ Failure = Callable[[str, Path, bytes | None], bool]
 
 _U16 = ("idVendor", "idProduct", "bcdDevice", "bcdUSB")
 _DECIMAL = ("protocol", "subclass", "report_length", "no_out_endpoint", "qmult", "MaxPower")
+_FLAGS = ("stall", "removable", "ro", "cdrom", "nofua")  # f_mass_storage's booleans
 _READ_ONLY = ("dev", "ifname")
 
 
@@ -46,6 +47,7 @@ class FakeConfigfs(ConfigfsOps):
         self._next_minor = 0
         self.ops: list[tuple[str, str, bytes | None]] = []
         self.fail: Failure | None = None
+        self.locked = False  # a host's PREVENT MEDIUM REMOVAL on the drive
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class FakeConfigfs(ConfigfsOps):
         kind = self._kind(path)
         if kind == "other":
             raise _oserror(errno.EPERM, path)
-        if kind == "function" and path.name.split(".")[0] not in ("hid", "ecm"):
+        if kind == "function" and path.name.split(".")[0] not in ("hid", "ecm", "mass_storage"):
             raise _oserror(errno.ENOENT, path)  # no such function driver
         os.mkdir(path)
         if kind == "gadget":
@@ -123,6 +125,11 @@ class FakeConfigfs(ConfigfsOps):
             if self.no_out_endpoint:
                 attrs["no_out_endpoint"] = b"0\n"
             self._files(path, attrs)
+        elif path.name.startswith("mass_storage."):
+            self._files(path, {"stall": b"1\n"}, ("lun.0",))
+            lun = {n: b"0\n" for n in ("ro", "cdrom", "nofua")}
+            lun |= {"removable": b"1\n", "file": b"\n", "inquiry_string": b"\n"}
+            self._files(path / "lun.0", {**lun, "forced_eject": b""})
         else:
             self._files(
                 path,
@@ -169,6 +176,9 @@ class FakeConfigfs(ConfigfsOps):
             raise _oserror(errno.EACCES, path)
         if kind == "function" and self._links_to(path.parent):
             raise _oserror(errno.EBUSY, path)  # opts->refcnt: attributes of a used function
+        if path.parent.name == "lun.0":
+            self._write_lun(path, text)
+            return
         if name == "UDC":
             self._write_udc(path, text)
         elif name == "report_desc":
@@ -194,6 +204,30 @@ class FakeConfigfs(ConfigfsOps):
         else:  # USB strings: one trailing newline is dropped, shown with one
             path.write_bytes(text.encode() + b"\n")
         self._record("write", path, data)
+
+    def _write_lun(self, path: Path, text: str) -> None:
+        """After f_mass_storage's storage_common.c: ro and cdrom are refused while a file is
+        open, file opens the image (which must exist), forced_eject closes it regardless."""
+        name, lun = path.name, path.parent
+        attached = (lun / "file").read_text().strip() != ""
+        if name in ("ro", "cdrom") and attached:
+            raise _oserror(errno.EBUSY, path)
+        if name in _FLAGS:
+            if text.strip() not in ("0", "1"):
+                raise _oserror(errno.EINVAL, path)
+            path.write_bytes(text.strip().encode() + b"\n")
+        elif name == "file":
+            image = text.strip()
+            if image and not Path(image).is_file():
+                raise _oserror(errno.ENOENT, path)
+            if not image and self.locked:
+                raise _oserror(errno.EBUSY, path)  # the host prevented medium removal
+            path.write_bytes(image.encode() + b"\n")
+        elif name == "forced_eject":
+            (lun / "file").write_bytes(b"\n")
+        elif name == "inquiry_string":
+            path.write_bytes(f"{text:<28.28}".encode() + b"\n")
+        self._record("write", path, text.encode() if name != "file" else text.strip().encode())
 
     def _write_udc(self, path: Path, name: str) -> None:
         gadget = path.parent

@@ -156,10 +156,12 @@ def test_token_rule_is_a_refusal_with_its_code() -> None:
     assert "keyboard_tap" in {s.name for s in catalog.tools(off_loopback)}
     assert _code(catalog, "keyboard_tap", off_loopback) == "auth_required"
     assert _code(catalog, "health_check", off_loopback) == "tool_arguments_invalid"  # a read
-    # Reads that show the target's screen are as private as the live stream: token first.
+    # Reads that show the target's screen are as private as the live stream, and so are the
+    # files the target saved on a drive: token first.
     screen = {"screenshot", "wait_for_stable_screen", "screen_text", "find_text"}
-    assert {s.name for s in catalog._specs.values() if s.private} == screen
-    for name in screen:
+    private = screen | {"media_files", "media_file_read"}
+    assert {s.name for s in catalog._specs.values() if s.private} == private
+    for name in private:
         assert _code(catalog, name, off_loopback) == "auth_required", name
     with_token = replace(off_loopback, authenticated=True)
     assert _code(catalog, "keyboard_tap", with_token) == "tool_arguments_invalid"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gadget import descriptors
-from gadget.configfs import Gadget
-from gadget.errors import ConfigfsError
+from gadget.configfs import Gadget, Medium
+from gadget.errors import ConfigfsError, EndpointBudgetExceeded, GadgetError
 from gadget.profiles import Profile, build_profile
 from gadget.settings import GadgetSettings
 from tests.unit.fake_configfs import FakeConfigfs
@@ -445,3 +445,100 @@ def test_status(gadget: Gadget) -> None:
     assert st["identity"]["serial"] == "fingertip-0001"
     assert [f["role"] for f in st["functions"]] == ["keyboard", "consumer", "ecm", "pointer"]
     assert st["device_nodes"] == {"keyboard": str(s.dev_root / "hidg0")}
+
+
+# --- the drive and the endpoint budget ---------------------------------------------------------
+
+
+def with_drive(s: GadgetSettings, **keys: object) -> GadgetSettings:
+    table = {"configfs_root": str(s.configfs_root), "sysfs_root": str(s.sysfs_root)}
+    return GadgetSettings.from_table({**table, "mass_storage": True, **keys})
+
+
+def test_a_composite_over_the_udcs_endpoints_is_refused_before_anything_changes(
+    gadget: Gadget, fake: FakeConfigfs
+) -> None:
+    s = gadget.settings
+    gadget.apply(full(s))
+    fake.ops.clear()
+    every = Gadget(with_drive(s), fake)  # 1 + keyboard, consumer, pointer 1 each + ECM 3 + drive 2
+    with pytest.raises(EndpointBudgetExceeded) as refused:
+        every.apply(full(every.settings))
+    assert refused.value.code == "gadget_endpoint_budget"
+    message = refused.value.message
+    assert "needs 9 endpoints" in message and "the UDC has 8" in message
+    assert "drop ecm (3, gadget.ecm = false) or mass_storage (2, gadget.mass_storage = false)" in (
+        message
+    )
+    assert fake.ops == []  # not a write: the previous composite stays bound as it was
+    assert gadget.linked() == FULL_ORDER and gadget.bound_udc() == UDC
+
+
+def test_without_the_network_link_the_drive_fits_and_is_last_in_both_profiles(
+    settings: GadgetSettings, fake: FakeConfigfs
+) -> None:
+    g = Gadget(with_drive(settings, ecm=False), fake)
+    for name in ("full", "keyboard-isolated"):
+        profile = build_profile(name, "ios", g.settings)
+        assert profile.roles()[-1] == "mass_storage" and "ecm" not in profile.roles()
+        g.apply(profile)
+        assert g.linked()[-1] == "mass_storage.usb0"
+    assert build_profile("full", "ios", g.settings).endpoints() == 6
+    lun = g.settings.gadget_dir / "functions/mass_storage.usb0/lun.0"
+    assert (lun / "removable").read_text() == "1\n"
+    assert (lun / "inquiry_string").read_text() == "FingertpVirtual Drive   1.00\n"
+    fake.ops.clear()
+    assert g.apply(build_profile("keyboard-isolated", "ios", g.settings)) is False  # read back
+    # On a UDC with more endpoints, everything fits.
+    roomy = Gadget(with_drive(settings, udc_endpoints=16), fake)
+    assert roomy.apply(full(roomy.settings)) is True
+    assert roomy.linked() == [*FULL_ORDER, "mass_storage.usb0"]
+
+
+def test_a_medium_is_attached_and_ejected_while_bound(
+    settings: GadgetSettings, fake: FakeConfigfs, tmp_path: Path
+) -> None:
+    g = Gadget(with_drive(settings, ecm=False), fake)
+    g.apply(full(g.settings))
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"\0" * 4096)
+    assert g.medium() is None
+    g.attach_medium(Medium(image, cdrom=True, read_only=True))
+    assert g.medium() == Medium(image, cdrom=True, read_only=True)
+    assert g.bound_udc() == UDC  # no re-enumeration
+    with pytest.raises(GadgetError) as busy:
+        g.attach_medium(Medium(image))
+    assert busy.value.code == "media_busy"
+    assert g.apply(full(g.settings)) is False  # the medium is no part of the desired state
+    assert g.medium() is not None
+    assert g.eject_medium(forced=False) is True
+    assert g.medium() is None and g.eject_medium(forced=False) is False
+    # Flash and writable, then the target locks it: only a forced eject takes it away.
+    g.attach_medium(Medium(image))
+    assert g.medium() == Medium(image, cdrom=False, read_only=False)
+    fake.locked = True
+    with pytest.raises(GadgetError) as locked:
+        g.eject_medium(forced=False)
+    assert locked.value.code == "media_locked" and g.medium() is not None
+    assert g.eject_medium(forced=True) is True
+    assert g.medium() is None
+
+
+def test_a_failed_attach_restores_the_mode(
+    settings: GadgetSettings, fake: FakeConfigfs, tmp_path: Path
+) -> None:
+    g = Gadget(with_drive(settings, ecm=False), fake)
+    g.apply(full(g.settings))
+    lun = g.settings.gadget_dir / "functions/mass_storage.usb0/lun.0"
+    with pytest.raises(ConfigfsError):
+        g.attach_medium(Medium(tmp_path / "absent.img", cdrom=True, read_only=True))
+    assert (lun / "cdrom").read_text() == "0\n" and (lun / "ro").read_text() == "0\n"
+    assert g.medium() is None
+
+
+def test_no_drive_in_the_composite_is_a_clear_error(gadget: Gadget, tmp_path: Path) -> None:
+    gadget.apply(full(gadget.settings))
+    with pytest.raises(GadgetError) as refused:
+        gadget.attach_medium(Medium(tmp_path / "x.img"))
+    assert refused.value.code == "media_unavailable"
+    assert "gadget.mass_storage = true" in refused.value.message

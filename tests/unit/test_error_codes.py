@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import CALL_STATUS, CODES, ToolError, http_status
+from daemon.screen.capture_dv import SIGNAL_STATES
 from daemon.transports.ipc import FAILURES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,14 @@ def _assigned(scope: ast.AST, name: str) -> list[ast.expr]:
     ]
 
 
+# An HDMI bridge's source state is its own error code, used only after `state in
+# SIGNAL_STATES` (daemon/screen/capture_dv.py): every member is a code to declare.
+DRAWN_FROM_A_SET = {
+    ("daemon/screen/capture.py", "kind"): SIGNAL_STATES,
+    ("daemon/tools/screen.py", "getattr(frames, 'state', None)"): SIGNAL_STATES,
+}
+
+
 class Resolver:
     def __init__(self, constants: dict[str, str]):
         self.constants = constants
@@ -86,6 +95,9 @@ class Resolver:
                 yield from self.codes(value, scope, where)
         elif isinstance(expr, ast.Name) and expr.id in self.constants:
             yield self.constants[expr.id]
+        elif (where.split(":")[0], ast.unparse(expr)) in DRAWN_FROM_A_SET:
+            # Checked to be a member of a set of codes before it is used (`if kind in ...`).
+            yield from DRAWN_FROM_A_SET[where.split(":")[0], ast.unparse(expr)]
         else:
             self.unresolved.append(f"{where}: {ast.unparse(expr)}")
 
@@ -238,12 +250,30 @@ BEFORE_DATA = {
     "too_many_viewers": 503,
 }
 BY_HAND = {"websocket_upgrade_required": 426, "tls_required": 400}
+# Codes new since: an HDMI bridge's source states fail the snapshot route as the capture's own
+# absence does (issue 51).
+HDMI_STATES = dict.fromkeys(SIGNAL_STATES, 503)
+# Codes new since: virtual media's upload route (issue 47).
+MEDIA_ROUTE = {
+    "media_name_invalid": 400,
+    "media_upload_incomplete": 400,
+    "media_files_invalid": 400,
+    "media_not_found": 404,
+    "media_attached": 409,
+    "media_busy": 409,
+    "media_locked": 409,
+    "media_quota_exceeded": 413,
+    "media_image_unreadable": 422,
+    "media_unavailable": 503,
+    "media_disk_full": 507,
+}
 
 
 @pytest.mark.parametrize("code", sorted(CODES))
 def test_every_status_is_the_one_it_was(code: str) -> None:
     assert http_status(code, tool_call=True) == BEFORE_CALL.get(code, 200)
-    assert http_status(code) == BEFORE_DATA.get(code, BY_HAND.get(code, 500))
+    data = {**BEFORE_DATA, **BY_HAND, **MEDIA_ROUTE, **HDMI_STATES}
+    assert http_status(code) == data.get(code, 500)
 
 
 def test_an_undeclared_code_keeps_the_old_fallbacks() -> None:

@@ -26,9 +26,13 @@ $(STAMP): pyproject.toml | xkb-setup
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,ocr]'
 	touch $@
 
-# The daemon on this machine with the simulated target, on 127.0.0.1:8080.
+# The daemon on this machine with the simulated target, on 127.0.0.1:8080; `make run PORT=8081`
+# serves on another port (PORT counts only on the command line, as for deploy, where it is the
+# board's ssh port). It reaches fingertipd through the environment, verbatim (see deploy below),
+# and fingertipd refuses what is not a port.
+run: export RUN_PORT = $(if $(filter command line,$(origin PORT)),$(value PORT))
 run: setup
-	$(BIN)/fingertipd --config etc/fingertip.dev.toml
+	$(BIN)/fingertipd --config etc/fingertip.dev.toml $${RUN_PORT:+--port="$$RUN_PORT"}
 
 # Every tier: the whole board under QEMU (make deploy onto it and the acceptance checks), then
 # the arm64 and desktop tiers, in the background from the start, beside the pure and service

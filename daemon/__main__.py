@@ -22,10 +22,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config", type=Path, help="config file (default /etc/fingertip/fingertip.toml)"
     )
+    parser.add_argument(
+        "--port", type=int, help="serve on this port instead of [server].port (1-65535)"
+    )
+    parser.add_argument(
+        "--listen",
+        action="append",
+        metavar="ADDRESS",
+        help="bind this IP address instead of [server].listen (repeatable)",
+    )
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
     args = parser.parse_args(argv)
+    server: dict[str, object] = {}
+    if args.port is not None:
+        server["port"] = args.port
+    if args.listen:
+        server["listen"] = args.listen
     try:
-        config = load(args.config)
+        config = load(args.config, server)
     except ConfigError as exc:
         print(f"fingertipd: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ with stale_snapshot once it does not.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
@@ -30,6 +31,7 @@ from daemon.screen.visual_tree import (
     kept,
     snapshot_id,
     snapshot_key,
+    without_pointer,
 )
 from daemon.tools.input.handlers import InputTools
 from daemon.tools.input.schemas import (
@@ -242,7 +244,17 @@ class TextTools:
 
     async def reading(self, args: dict[str, Any]) -> Reading:
         """The OCR to answer from: the snapshot's, while the screen still shows it, else the
-        current frame's."""
+        current frame's; without the mouse cursor read as text where the daemon put it."""
+        return self.without_pointer(await self.read(args))
+
+    def without_pointer(self, reading: Reading) -> Reading:
+        at = self.rt.engine.pointer_at
+        frame = reading.frame
+        pointer = None if at is None else (at.x, at.y)
+        lines = without_pointer(reading.lines, frame.width, frame.height, pointer)
+        return reading if len(lines) == len(reading.lines) else replace(reading, lines=lines)
+
+    async def read(self, args: dict[str, Any]) -> Reading:
         frame = await self.screen.source.frame(timeout=self.screen.frame_timeout_s)
         wanted = args.get("snapshot_id")
         if wanted is None:

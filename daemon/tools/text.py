@@ -49,7 +49,13 @@ REGION = object_schema(
     description="normalized 0..1000 rectangle: only it (and a small margin) is read, which is "
     "faster than the whole screen; text whose center lies inside it is kept",
 )
-MIN_CONFIDENCE = {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5}
+MIN_CONFIDENCE = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": 1,
+    "default": 0.5,
+    "description": "leave out text OCR read with less confidence than this (0..1)",
+}
 SNAPSHOT = {
     "type": "string",
     "minLength": 1,
@@ -68,7 +74,12 @@ SINCE = {
 }
 SCREEN_TEXT_ARGS = object_schema({**TREE_FIELDS, "since": SINCE})
 QUERY_FIELDS: dict[str, Any] = {
-    "query": {"type": "string", "minLength": 1, "maxLength": 500},
+    "query": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 500,
+        "description": "the text to look for; match says how it compares",
+    },
     "match": {
         "enum": list(MATCH_MODES),
         "default": "contains",
@@ -79,7 +90,16 @@ QUERY_FIELDS: dict[str, Any] = {
     "snapshot_id": SNAPSHOT,
 }
 FIND_ARGS = object_schema(
-    {**QUERY_FIELDS, "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
+    {
+        **QUERY_FIELDS,
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": 20,
+            "description": "at most this many matches, best first (count says how many there are)",
+        },
+    },
     ["query"],
 )
 TAP_ARGS = object_schema(

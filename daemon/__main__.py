@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDRESS",
         help="bind this IP address instead of [server].listen (repeatable)",
     )
+    parser.add_argument(
+        "--require-token",
+        action="store_true",
+        help="require the pairing token on loopback too ([auth].require_on_loopback): for a "
+        "machine other people use",
+    )
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
     args = parser.parse_args(argv)
     server: dict[str, object] = {}
@@ -38,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         server["port"] = args.port
     if args.listen:
         server["listen"] = args.listen
+    overrides = {"server": server}
+    if args.require_token:
+        overrides["auth"] = {"require_on_loopback": True}
     try:
-        config = load(args.config, server)
+        config = load(args.config, overrides)
     except ConfigError as exc:
         print(f"fingertipd: {exc}", file=sys.stderr)
         return 2

@@ -341,6 +341,7 @@ function showDriving(running) {
   badge.textContent = others.length
     ? `driving: ${others.map((r) => `${r.tool} (${r.transport} ${r.caller})`).join(", ")}`
     : "";
+  badge.title = badge.textContent;
 }
 
 function startTakeover() {

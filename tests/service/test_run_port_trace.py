@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -131,5 +133,26 @@ def test_trace_finds_the_make_run_daemons_recorder(tmp_path: Path) -> None:
         reply, err = trace(clone, env={"FINGERTIP_TRACE_DB": str(tmp_path / "none.db")})
         assert reply == {"type": "rejected", "failure": "INVALID_COMMAND"}
         assert str(tmp_path / "none.db") in err and "$FINGERTIP_TRACE_DB" in err
+    finally:
+        assert d.stop() == 0
+
+
+def test_require_token_asks_loopback_callers_for_the_token(tmp_path: Path) -> None:
+    """`make run REQUIRE_TOKEN=1` (fingertipd --require-token): on a machine other people use,
+    loopback is no longer a free shell."""
+    d = DaemonProcess(tmp_path)
+    d.args = ["--require-token"]
+    d.start()
+    try:
+        body = json.dumps({"input": {"command": "id"}}).encode()
+        request = urllib.request.Request(
+            d.base + "/api/tools/shell", data=body, headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401
+        request.add_header("Authorization", f"Bearer {d.token}")
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert json.loads(reply.read())["is_error"] is False
     finally:
         assert d.stop() == 0

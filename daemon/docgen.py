@@ -122,7 +122,9 @@ or `$FINGERTIP_CONFIG` elsewhere; `make run` uses
 unknown key or a bad value stops the daemon at start with one line naming the key
 (`server.port: 70000 is greater than the maximum of 65535`). The defaults below are the ones the
 code uses; the one deliberate difference in etc/fingertip.toml is `[server].listen`, which on a
-board adds the USB link's address `192.168.42.1`.
+board adds the USB link's address `192.168.42.1`. Three keys have options of their own, over
+the file's: `fingertipd --port N` (`make run PORT=N`), `--listen ADDRESS` (repeatable) and
+`--require-token` (`[auth].require_on_loopback`; `make run REQUIRE_TOKEN=1`).
 
 The `[gadget]` table belongs to the gadget package (gadget/settings.py): the USB identity, the
 roots and the gadget's own timings. It is not in etc/fingertip.toml; add it only to change one.

@@ -10,6 +10,12 @@ STAMP  := $(VENV)/.installed-stamp
 
 setup: $(STAMP)
 
+# Platforms: Debian 12 or Ubuntu 22.04 and later (apt), Python >= 3.11. The apt lines run as
+# root, or through sudo for anyone else (asked only when a package is missing). The VM tiers
+# (kernel, board, desktop, arm64) need root itself: they say so and skip.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT  := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+
 # Debian's XKB layouts, Compose table and libxkbcommon headers: the `xkbcommon` bindings build
 # against them, the layout generator and the simulated target read them. The package list is
 # refreshed only when the install fails.
@@ -17,8 +23,7 @@ XKB_PACKAGES := libxkbcommon-dev xkb-data libx11-data
 xkb-setup:
 	@test -f /usr/include/xkbcommon/xkbcommon-compose.h -a -f /usr/share/X11/xkb/rules/evdev \
 		-a -f /usr/share/X11/locale/en_US.UTF-8/Compose || \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y $(XKB_PACKAGES) || \
-		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(XKB_PACKAGES))
+		$(APT) install -y $(XKB_PACKAGES) || ($(APT) update && $(APT) install -y $(XKB_PACKAGES))
 
 # Re-install whenever pyproject.toml changes; the stamp keeps a second `make` quick.
 $(STAMP): pyproject.toml | xkb-setup
@@ -26,9 +31,16 @@ $(STAMP): pyproject.toml | xkb-setup
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,ocr]'
 	touch $@
 
-# The daemon on this machine with the simulated target, on 127.0.0.1:8080.
+# The daemon on this machine with the simulated target, on 127.0.0.1:8080; `make run PORT=8081`
+# serves on another port (PORT counts only on the command line, as for deploy, where it is the
+# board's ssh port). It reaches fingertipd through the environment, verbatim (see deploy below),
+# and fingertipd refuses what is not a port.
+# On loopback the dev config gives full access (shell included) without a token to anyone on
+# this machine: `make run REQUIRE_TOKEN=1` asks for the pairing token there too.
+run: export RUN_PORT = $(if $(filter command line,$(origin PORT)),$(value PORT))
+run: export RUN_TOKEN = $(if $(filter 1 yes true,$(REQUIRE_TOKEN)),--require-token)
 run: setup
-	$(BIN)/fingertipd --config etc/fingertip.dev.toml
+	$(BIN)/fingertipd --config etc/fingertip.dev.toml $${RUN_PORT:+--port="$$RUN_PORT"} $$RUN_TOKEN
 
 # Every tier: the whole board under QEMU (make deploy onto it and the acceptance checks), then
 # the arm64 and desktop tiers, in the background from the start, beside the pure and service
@@ -41,8 +53,8 @@ test: setup browser-setup systemd-setup
 # Debian's chromium for the Tool Lab browser test (Playwright drives it; never a browser
 # download of Playwright's own). The package list is refreshed only when the install fails.
 browser-setup:
-	@test -x /usr/bin/chromium || DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
-		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@test -x /usr/bin/chromium || $(APT) install -y chromium || \
+		($(APT) update && $(APT) install -y chromium)
 
 # Pure and service tiers only (quick feedback while developing).
 test-fast: setup
@@ -69,8 +81,8 @@ desktop-test: setup
 
 # systemd-analyze, for the unit files' `verify` in the pure tier (Debian ships it in systemd).
 systemd-setup:
-	@command -v systemd-analyze >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y systemd || \
-		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y systemd)
+	@command -v systemd-analyze >/dev/null || $(APT) install -y systemd || \
+		($(APT) update && $(APT) install -y systemd)
 
 # Board VM (tests/board): a Debian board with systemd and sshd under QEMU, image cached in
 # ~/.cache/fingertip/board; board-test deploys onto it with `make deploy` and runs the checks.

@@ -22,10 +22,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config", type=Path, help="config file (default /etc/fingertip/fingertip.toml)"
     )
+    parser.add_argument(
+        "--port", type=int, help="serve on this port instead of [server].port (1-65535)"
+    )
+    parser.add_argument(
+        "--listen",
+        action="append",
+        metavar="ADDRESS",
+        help="bind this IP address instead of [server].listen (repeatable)",
+    )
+    parser.add_argument(
+        "--require-token",
+        action="store_true",
+        help="require the pairing token on loopback too ([auth].require_on_loopback): for a "
+        "machine other people use",
+    )
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
     args = parser.parse_args(argv)
+    server: dict[str, object] = {}
+    if args.port is not None:
+        server["port"] = args.port
+    if args.listen:
+        server["listen"] = args.listen
+    overrides = {"server": server}
+    if args.require_token:
+        overrides["auth"] = {"require_on_loopback": True}
     try:
-        config = load(args.config)
+        config = load(args.config, overrides)
     except ConfigError as exc:
         print(f"fingertipd: {exc}", file=sys.stderr)
         return 2

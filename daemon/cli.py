@@ -21,6 +21,9 @@ from daemon import wire
 
 DEFAULT_SOCKET = "/run/fingertip/ipc.sock"
 TRACE_DB = "/var/lib/fingertip/trace.db"
+# The configs `fingertip trace` reads the state folder from when none is named: the board's,
+# then `make run`'s (relative to the clone, where it is run from, as its state folder is).
+TRACE_CONFIGS = ("/etc/fingertip/fingertip.toml", "etc/fingertip.dev.toml")
 STDIN_LIMIT = 1 << 20
 HEADER_BYTES = 4
 REPLY_LIMIT = 1 << 30  # a sanity bound on what the daemon may send back (screenshots are large)
@@ -75,6 +78,7 @@ catalog, call and trace print exactly one JSON object on stdout, discriminated b
                              the tool may or may not have run
     CATALOG_UNAVAILABLE      discovery is disabled ([guard].ipc) or the catalog did not arrive
     INVALID_COMMAND          bad command line, or the daemon could not read the request
+                             (trace: no database where it looked, named on stderr)
     REQUEST_TOO_LARGE        stdin over 1 MiB, or a request over [ipc].max_frame_bytes
     UNKNOWN_TOOL             no such tool here (agent-run tools like wait_for_wakeup included)
     INVALID_ARGUMENTS        stdin is not one JSON object in UTF-8, or fails the tool's schema
@@ -82,8 +86,12 @@ catalog, call and trace print exactly one JSON object on stdout, discriminated b
     INVOCATION_FAILED        the tool crashed or hit the daemon's time limit
     INVALID_RESULT           the result broke its schema, or the reply was unreadable
 
-  fingertip trace              the flight recorder, newest first, read from its database
-                               (--db, $FINGERTIP_TRACE_DB, else /var/lib/fingertip/trace.db):
+  fingertip trace              the flight recorder, newest first, read from its database:
+                               --db, else $FINGERTIP_TRACE_DB, else <state.dir>/trace.db of the
+                               daemon's config (--config, else $FINGERTIP_CONFIG, else the first
+                               of /etc/fingertip/fingertip.toml and etc/fingertip.dev.toml, which
+                               is `make run`'s, from the clone), else /var/lib/fingertip/trace.db;
+                               a file not there is INVALID_COMMAND, naming it;
                                {"type":"trace","count":N,"invocations":[...],"next":C}; filters
                                --since --until (Unix seconds or ISO 8601) --tool --transport
                                --outcome --limit; at most 1 MiB of records a page: when "next"
@@ -154,7 +162,8 @@ def parser() -> argparse.ArgumentParser:
         help="read the flight recorder (the database file, not the socket)",
         formatter_class=_formatter,
     )
-    trace.add_argument("--db", help=f"the database (default $FINGERTIP_TRACE_DB, else {TRACE_DB})")
+    trace.add_argument("--db", help="the database file (default: see below)")
+    trace.add_argument("--config", help="the daemon's config: its <state.dir>/trace.db")
     for name in ("since", "until", "tool", "transport", "outcome"):
         trace.add_argument(f"--{name}")
     trace.add_argument("--limit", default="100")
@@ -271,6 +280,29 @@ def checked_reply(message: dict[str, object]) -> dict[str, object]:
     return reply
 
 
+def trace_db(db: str | None, config: str | None) -> tuple[str, str]:
+    """The flight recorder's file, and where that choice came from (said when it is missing)."""
+    if db:
+        return db, "--db"
+    if os.environ.get("FINGERTIP_TRACE_DB"):
+        return os.environ["FINGERTIP_TRACE_DB"], "$FINGERTIP_TRACE_DB"
+    named = config or os.environ.get("FINGERTIP_CONFIG")
+    found = named or next((c for c in TRACE_CONFIGS if os.path.isfile(c)), None)
+    if found is None:
+        return TRACE_DB, f"the default; no config at {' or '.join(TRACE_CONFIGS)}"
+    import tomllib  # only here: the other commands never read a config
+
+    try:
+        with open(found, "rb") as f:
+            state = tomllib.load(f).get("state", {})
+    except (OSError, ValueError) as exc:  # missing, unreadable, not TOML
+        raise Rejected("INVALID_COMMAND", f"cannot read the config {found}: {exc}") from None
+    folder = state.get("dir", os.path.dirname(TRACE_DB)) if isinstance(state, dict) else None
+    if not isinstance(folder, str) or not folder:
+        raise Rejected("INVALID_COMMAND", f"{found}: state.dir is not a folder name")
+    return os.path.join(folder, "trace.db"), f"state.dir of {found}"
+
+
 def read_trace(args: argparse.Namespace) -> dict[str, object]:
     """`fingertip trace`: the flight recorder read straight from its file (read-only), so it
     works when the daemon does not; who may read the file (0600) sees everything."""
@@ -280,7 +312,8 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
 
     from daemon.trace import store  # stdlib only (sqlite3), and only for this command
 
-    path = Path(args.db or os.environ.get("FINGERTIP_TRACE_DB") or TRACE_DB)
+    db, origin = trace_db(args.db, args.config)
+    path = Path(db)
     query = {k: getattr(args, k) for k in store.FILTERS if getattr(args, k) is not None}
     for name, value in [*query.items(), ("id", args.id)]:
         if value is not None and not wire.is_text(value):  # argv bytes that are not UTF-8
@@ -290,7 +323,15 @@ def read_trace(args: argparse.Namespace) -> dict[str, object]:
         conn = store.open_reader(path)
     except ValueError as exc:
         raise Rejected("INVALID_COMMAND", str(exc)) from None
-    except (OSError, sqlite3.Error) as exc:  # missing, or a folder on the way this user may not
+    except FileNotFoundError:  # the daemon may well run: its recorder is elsewhere, or off
+        raise Rejected(
+            "INVALID_COMMAND",
+            f"no flight recorder database at {path.absolute()} ({origin}); name the daemon's "
+            "config with --config, or the file with --db",
+        ) from None
+    except PermissionError as exc:  # the file or a folder on the way (0600: audit data)
+        raise Rejected("OUT_OF_SCOPE", f"not allowed to read {path}: {exc.strerror}") from None
+    except (OSError, sqlite3.Error) as exc:
         raise Rejected("INSTALLATION_STOPPED", f"cannot read {path}: {exc}") from None
     if args.timeout is not None:  # a query that runs on (a hostile file's view) is cut
         cut_at = time.monotonic() + args.timeout

@@ -623,11 +623,17 @@ def from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> Config:
     return Config(**sections, gadget=gadget, source=source, retired=retired)
 
 
-def load(path: Path | None = None) -> Config:
-    """Load the config file: --config, else $FINGERTIP_CONFIG, else the board default."""
+def load(
+    path: Path | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> Config:
+    """Load the config file: --config, else $FINGERTIP_CONFIG, else the board default.
+    `overrides` replace keys of its tables (fingertipd --port, --listen, --require-token)
+    before the file is checked, so a bad value is refused by the same schema, naming the key."""
     path = path or Path(os.environ.get("FINGERTIP_CONFIG", BOARD_CONFIG))
     try:
         data = read_config_file(path)
     except ValueError as exc:  # one line naming the file: missing, unreadable, not TOML
         raise ConfigError(str(exc)) from None
+    for table, values in (overrides or {}).items():
+        data = {**data, table: {**data.get(table, {}), **values}}
     return from_mapping(data, str(path))

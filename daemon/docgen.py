@@ -125,7 +125,9 @@ or `$FINGERTIP_CONFIG` elsewhere; `make run` uses
 unknown key or a bad value stops the daemon at start with one line naming the key
 (`server.port: 70000 is greater than the maximum of 65535`). The defaults below are the ones the
 code uses; the one deliberate difference in etc/fingertip.toml is `[server].listen`, which on a
-board adds the USB link's address `192.168.42.1`.
+board adds the USB link's address `192.168.42.1`. Three keys have options of their own, over
+the file's: `fingertipd --port N` (`make run PORT=N`), `--listen ADDRESS` (repeatable) and
+`--require-token` (`[auth].require_on_loopback`; `make run REQUIRE_TOKEN=1`).
 
 The `[gadget]` table belongs to the gadget package (gadget/settings.py): the USB identity, the
 roots and the gadget's own timings. It is not in etc/fingertip.toml; add it only to change one.
@@ -192,6 +194,51 @@ def _arg_type(schema: dict[str, Any]) -> str:
     return "any"
 
 
+def _bounds(schema: dict[str, Any]) -> str:
+    """A number's or a size's bounds from its JSON Schema keywords, e.g. 0..1, > 0 .. 3600."""
+    kind = schema.get("type")
+    if kind in ("integer", "number"):
+        lo = (
+            f"> {_num(schema['exclusiveMinimum'])} .. "
+            if "exclusiveMinimum" in schema
+            else (f"{_num(schema['minimum'])}.." if "minimum" in schema else "")
+        )
+        hi = _num(schema["maximum"]) if "maximum" in schema else ""
+        text = f"{lo}{hi}" if hi else (f">= {_num(schema['minimum'])}" if lo else "")
+        if schema.get("not") == {"const": 0}:
+            text += ", not 0"
+        return text
+    for unit, low, high in (
+        ("characters", "minLength", "maxLength"),
+        ("items", "minItems", "maxItems"),
+    ):
+        if high in schema:
+            return f"{schema.get(low, 0)}..{schema[high]} {unit}"
+    return ""
+
+
+def arg_range(schema: dict[str, Any]) -> str:
+    """What an argument may be besides its type: its bounds, or its fields' (an object)."""
+    if schema.get("type") == "object":
+        fields = schema.get("properties", {})
+        return ", ".join(f"{k} {b}" for k, v in fields.items() if (b := _bounds(v)))
+    if "oneOf" in schema:
+        return "; ".join(b for s in schema["oneOf"] if (b := _bounds(s)))
+    return _bounds(schema)
+
+
+def arg_rows(schema: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """A tool's arguments: (name, type, required, default, range, description) cells."""
+    required = set(schema.get("required", []))
+    rows = []
+    for arg, sub in schema.get("properties", {}).items():
+        default = f"`{json.dumps(sub['default'])}`" if "default" in sub else ""
+        text = _cell(" ".join(str(sub.get("description", "")).split()))
+        need = "yes" if arg in required else ""
+        rows.append((arg, _arg_type(sub), need, default, _cell(arg_range(sub)), text))
+    return rows
+
+
 def catalog_specs() -> list[Any]:
     """Every tool the daemon registers, built as `make run` builds it (simulated target)."""
     from daemon.service import build
@@ -225,14 +272,14 @@ def tools_page() -> str:
     for s in specs:
         out.append(f"\n## {s.name}\n")
         out.append(_cell(s.description) + "\n")
-        props = s.schema_for("ios").get("properties", {})
-        required = set(s.schema_for("ios").get("required", []))
-        if props:
-            out.append("| argument | type | required | description |\n|---|---|---|---|")
-            for arg, schema in props.items():
-                need = "yes" if arg in required else ""
-                text = _cell(" ".join(str(schema.get("description", "")).split()))
-                out.append(f"| `{arg}` | {_arg_type(schema)} | {need} | {text} |")
+        rows = arg_rows(s.schema_for("ios"))
+        if rows:
+            out.append(
+                "| argument | type | required | default | range | description |\n"
+                "|---|---|---|---|---|---|"
+            )
+            for arg, kind, need, default, bounds, text in rows:
+                out.append(f"| `{arg}` | {kind} | {need} | {default} | {bounds} | {text} |")
         else:
             out.append("No arguments.")
         if s.example_input not in ({}, None, ""):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import signal
 import sys
@@ -377,6 +378,16 @@ async def serve(config: Config) -> None:
     await daemon.stop()
 
 
+def port_taken_advice(config: Config) -> str:
+    """What to do when another program holds the port (a second `make run`, often)."""
+    port = config.server.port
+    return (
+        f"port {port} is taken by another program (`ss -ltnp 'sport = :{port}'` names it): "
+        "stop it, or serve on another port: `fingertipd --port N`, `make run PORT=N`, or "
+        f"[server].port in {config.source}"
+    )
+
+
 def run(config: Config) -> int:
     """Serve until SIGTERM; the exit status (fingertipd's command line is daemon.__main__)."""
     memory.map_large_blocks()  # before the first frame: see daemon.memory
@@ -385,6 +396,8 @@ def run(config: Config) -> int:
         asyncio.run(serve(config))
     except OSError as exc:  # e.g. the port is taken: one clear line
         print(f"fingertipd: {exc}", file=sys.stderr)
+        if exc.errno == errno.EADDRINUSE:
+            print(f"fingertipd: {port_taken_advice(config)}", file=sys.stderr)
         return 1
     except GadgetError as exc:  # the board backend's gadget (no configfs, no UDC): one line
         print(f"fingertipd: {exc.message}", file=sys.stderr)

@@ -153,6 +153,34 @@ def kept(
     return tuple(out)
 
 
+# The pointer's own box around where the daemon last put it, in fractions of the frame's short
+# side: an arrow hangs right and down from its tip, iOS's AssistiveTouch circle is centred on
+# it. A line of at most POINTER_TEXT_CHARS characters wholly inside is the cursor read as a
+# glyph (the simulated arrow reads as "不" at 0.8), not text on the target: the cursor is part
+# of the picture on a real target too, and nothing on the screen is moved to hide it.
+POINTER_BOX = (-0.03, 0.06)
+POINTER_TEXT_CHARS = 2
+
+
+def without_pointer(
+    lines: Iterable[Line], w: int, h: int, pointer: tuple[float, float] | None
+) -> tuple[Line, ...]:
+    """The lines but those that are the pointer at `pointer` (normalized 0..1000; None when
+    the daemon does not know where it is, as with a touchscreen, which has no cursor)."""
+    if pointer is None:
+        return tuple(lines)
+    x, y = pointer[0] * (w - 1) / 1000, pointer[1] * (h - 1) / 1000
+    near, far = (f * min(w, h) for f in POINTER_BOX)
+    x0, y0, x1, y1 = x + near, y + near, x + far, y + far
+
+    def is_pointer(line: Line) -> bool:
+        b = line.box
+        inside = x0 <= b[0] and y0 <= b[1] and b[2] <= x1 and b[3] <= y1
+        return inside and len(line.text.strip()) <= POINTER_TEXT_CHARS
+
+    return tuple(line for line in lines if not is_pointer(line))
+
+
 @dataclass(frozen=True)
 class Tree:
     """A Reading filtered (region, confidence) and numbered: what screen_text returns."""

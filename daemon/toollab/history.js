@@ -55,7 +55,9 @@
       cell(tr, [inv.client, inv.token_id].filter(Boolean).join(" · "));
       cell(tr, inv.error_code || inv.outcome, inv.outcome === "ok" ? "ok" : "bad");
       cell(tr, `${Math.round(inv.duration_ms)} ms`);
-      cell(tr, inv.images.length ? "🖼" : "");
+      // Words, not an emoji: without an emoji font (Debian's Chromium) it is an empty box.
+      const shots = inv.images.length;
+      cell(tr, shots ? `${shots} image${shots === 1 ? "" : "s"}` : "");
       tr.addEventListener("click", () => show(inv.id));
       tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") show(inv.id); });
       rows.appendChild(tr);

@@ -349,6 +349,7 @@ function showDriving(running) {
   badge.textContent = others.length
     ? `driving: ${others.map((r) => `${r.tool} (${r.transport} ${r.caller})`).join(", ")}`
     : "";
+  badge.title = badge.textContent;
 }
 
 // The live view is the target's own screen, cut out of the captured frame (the bars an HDMI

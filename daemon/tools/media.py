@@ -128,8 +128,17 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             args_schema=object_schema(
                 {
                     **_NAME,
-                    "mode": {"enum": ["flash", "cdrom"], "default": "flash"},
-                    "read_only": {"type": "boolean", "default": False},
+                    "mode": {
+                        "enum": ["flash", "cdrom"],
+                        "default": "flash",
+                        "description": "flash: a USB stick; cdrom: an optical drive (read-only; "
+                        "the target re-enumerates when the mode changes)",
+                    },
+                    "read_only": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "the target may read but not write the drive",
+                    },
                 },
                 required=["name"],
             ),
@@ -145,7 +154,15 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             "it at once as pulling a stick out would (unsaved writes on the target are lost).",
             policy="write",
             handler=media_detach,
-            args_schema=object_schema({"force": {"type": "boolean", "default": False}}),
+            args_schema=object_schema(
+                {
+                    "force": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "eject even while the target has locked the medium",
+                    }
+                }
+            ),
             category="media",
             keywords=KEYWORDS,
         ),
@@ -171,10 +188,31 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             args_schema=object_schema(
                 {
                     "name": {**NAME_SCHEMA, "default": "drop.img"},
-                    "files": {"type": "array", "items": drop_file, "minItems": 1, "maxItems": 256},
-                    "free_mb": {"type": "number", "minimum": 0, "maximum": 1024, "default": 0},
-                    "read_only": {"type": "boolean", "default": False},
-                    "attach": {"type": "boolean", "default": True},
+                    "files": {
+                        "type": "array",
+                        "items": drop_file,
+                        "minItems": 1,
+                        "maxItems": 256,
+                        "description": "the files the drive holds, each a name and its "
+                        "content in base64",
+                    },
+                    "free_mb": {
+                        "type": "number",
+                        "minimum": 0,
+                        "maximum": 1024,
+                        "default": 0,
+                        "description": "room left on the drive for the target to write to",
+                    },
+                    "read_only": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "the target may read but not write the drive",
+                    },
+                    "attach": {
+                        "type": "boolean",
+                        "default": True,
+                        "description": "put the drive into the target's USB drive at once",
+                    },
                 },
                 required=["files"],
             ),
@@ -207,7 +245,15 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             private=True,
             handler=media_file_read,
             args_schema=object_schema(
-                {**_NAME, "path": {"type": "string", "minLength": 1, "maxLength": 1024}},
+                {
+                    **_NAME,
+                    "path": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 1024,
+                        "description": "the file's path on the image, as media_files lists it",
+                    },
+                },
                 required=["name", "path"],
             ),
             example_input={"name": "drop.img", "path": "saved.txt"},

@@ -28,10 +28,32 @@ SCREENSHOT_REQUIRED = ["width", "height", "format", "size", "data"]
 
 SCREENSHOT_ARGS = object_schema(
     {
-        "quality": {"type": "integer", "minimum": 1, "maximum": 100, "default": SHOT.quality},
-        "max_width": {"type": "integer", "minimum": 16, "maximum": 8192},
-        "scale": {"type": "number", "minimum": 0.01, "maximum": 1},  # 1 % of a 1080p frame: 19 px
-        "format": {"enum": ["jpeg", "png"], "default": SHOT.fmt},
+        "quality": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": SHOT.quality,
+            "description": "JPEG quality (png ignores it): lower is smaller and blurrier",
+        },
+        "max_width": {
+            "type": "integer",
+            "minimum": 16,
+            "maximum": 8192,
+            "description": "shrink to at most this many pixels wide, keeping the aspect ratio "
+            "(never enlarges; default: the frame's width)",
+        },
+        "scale": {  # 1 % of a 1080p frame: 19 px
+            "type": "number",
+            "minimum": 0.01,
+            "maximum": 1,
+            "description": "shrink by this factor first (default 1: full size); max_width then "
+            "caps the result",
+        },
+        "format": {
+            "enum": ["jpeg", "png"],
+            "default": SHOT.fmt,
+            "description": "jpeg (small) or png (lossless, several times larger)",
+        },
         "area": {
             "enum": ["screen", "frame"],
             "default": SHOT.area,
@@ -44,9 +66,28 @@ SCREENSHOT_ARGS = object_schema(
 _MS, _STABLE_MS, _DIFF = STABLE.timeout_ms, STABLE.stable_ms, STABLE.diff_threshold
 STABLE_ARGS = object_schema(
     {
-        "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": _MS},
-        "stable_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": _STABLE_MS},
-        "diff_threshold": {"type": "number", "minimum": 0, "maximum": 255, "default": _DIFF},
+        "timeout_ms": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 60000,
+            "default": _MS,
+            "description": "give up after this long (screen_stable false, the last screenshot)",
+        },
+        "stable_ms": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 60000,
+            "default": _STABLE_MS,
+            "description": "the screen counts as settled once unchanged this long",
+        },
+        "diff_threshold": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 255,
+            "default": _DIFF,
+            "description": "mean pixel difference (0..255) between frames below which the "
+            "screen counts as unchanged; raise it for a noisy capture",
+        },
     }
 )
 

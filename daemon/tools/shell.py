@@ -25,8 +25,19 @@ ARGS = object_schema(
             "pattern": _NO_NUL,
             "description": "passed to /bin/sh -c",
         },
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-        "cwd": {"type": "string", "pattern": _NO_NUL},
+        "timeout_s": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": 3600,
+            "description": "run: the command is killed after this many seconds (default "
+            "[shell].default_timeout_s, 30)",
+        },
+        "cwd": {
+            "type": "string",
+            "pattern": _NO_NUL,
+            "description": "run, start: the working directory (default [shell].cwd, else the "
+            "state folder)",
+        },
         "session": {"type": "string", "description": "session id (read, write, stop)"},
         "input": {
             "type": "string",

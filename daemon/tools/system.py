@@ -117,9 +117,25 @@ def health_tool(rt: Runtime) -> ToolSpec:
 _WEATHER_ARGS = object_schema(
     {
         "location": {"type": "string", "minLength": 1, "description": "a place name"},
-        "latitude": {"type": "number", "minimum": -90, "maximum": 90},
-        "longitude": {"type": "number", "minimum": -180, "maximum": 180},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7, "default": 3},
+        "latitude": {
+            "type": "number",
+            "minimum": -90,
+            "maximum": 90,
+            "description": "degrees north (with longitude, instead of location)",
+        },
+        "longitude": {
+            "type": "number",
+            "minimum": -180,
+            "maximum": 180,
+            "description": "degrees east (with latitude, instead of location)",
+        },
+        "days": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 7,
+            "default": 3,
+            "description": "days of forecast, today first",
+        },
     },
     oneOf=[{"required": ["location"]}, {"required": ["latitude", "longitude"]}],
 )
@@ -313,7 +329,15 @@ def wakeup_tool(rt: Runtime) -> ToolSpec:
         category="runtime",
         policy="read",
         handler=wait_for_wakeup,
-        args_schema=object_schema({"reason": {"type": "string", "maxLength": 500}}),
+        args_schema=object_schema(
+            {
+                "reason": {
+                    "type": "string",
+                    "maxLength": 500,
+                    "description": "why the agent goes to sleep (kept in the trace)",
+                }
+            }
+        ),
         result_schema=object_schema(
             {
                 "ok": {"type": "boolean"},

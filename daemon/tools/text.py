@@ -10,6 +10,7 @@ with stale_snapshot once it does not.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from daemon.catalog import Availability, CallContext, ToolSpec, object_schema
@@ -30,6 +31,7 @@ from daemon.screen.visual_tree import (
     kept,
     snapshot_id,
     snapshot_key,
+    without_pointer,
 )
 from daemon.tools.input.handlers import InputTools
 from daemon.tools.input.schemas import (
@@ -47,7 +49,13 @@ REGION = object_schema(
     description="normalized 0..1000 rectangle: only it (and a small margin) is read, which is "
     "faster than the whole screen; text whose center lies inside it is kept",
 )
-MIN_CONFIDENCE = {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5}
+MIN_CONFIDENCE = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": 1,
+    "default": 0.5,
+    "description": "leave out text OCR read with less confidence than this (0..1)",
+}
 SNAPSHOT = {
     "type": "string",
     "minLength": 1,
@@ -66,7 +74,12 @@ SINCE = {
 }
 SCREEN_TEXT_ARGS = object_schema({**TREE_FIELDS, "since": SINCE})
 QUERY_FIELDS: dict[str, Any] = {
-    "query": {"type": "string", "minLength": 1, "maxLength": 500},
+    "query": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 500,
+        "description": "the text to look for; match says how it compares",
+    },
     "match": {
         "enum": list(MATCH_MODES),
         "default": "contains",
@@ -77,7 +90,16 @@ QUERY_FIELDS: dict[str, Any] = {
     "snapshot_id": SNAPSHOT,
 }
 FIND_ARGS = object_schema(
-    {**QUERY_FIELDS, "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}},
+    {
+        **QUERY_FIELDS,
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": 20,
+            "description": "at most this many matches, best first (count says how many there are)",
+        },
+    },
     ["query"],
 )
 TAP_ARGS = object_schema(
@@ -242,7 +264,17 @@ class TextTools:
 
     async def reading(self, args: dict[str, Any]) -> Reading:
         """The OCR to answer from: the snapshot's, while the screen still shows it, else the
-        current frame's."""
+        current frame's; without the mouse cursor read as text where the daemon put it."""
+        return self.without_pointer(await self.read(args))
+
+    def without_pointer(self, reading: Reading) -> Reading:
+        at = self.rt.engine.pointer_at
+        frame = reading.frame
+        pointer = None if at is None else (at.x, at.y)
+        lines = without_pointer(reading.lines, frame.width, frame.height, pointer)
+        return reading if len(lines) == len(reading.lines) else replace(reading, lines=lines)
+
+    async def read(self, args: dict[str, Any]) -> Reading:
         frame = await self.screen.source.frame(timeout=self.screen.frame_timeout_s)
         wanted = args.get("snapshot_id")
         if wanted is None:

@@ -121,6 +121,7 @@ class DaemonProcess:
         self.config_path = tmp / "fingertip.toml"
         write_config(self.config_path, tables)
         self.log_path = tmp / "daemon.log"
+        self.args: list[str] = []  # fingertipd's options besides --config (e.g. --port)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -156,7 +157,7 @@ class DaemonProcess:
         env.update(self.extra_env)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon", "--config", str(self.config_path)],
+            [sys.executable, "-m", "daemon", "--config", str(self.config_path), *self.args],
             cwd=REPO,
             env=env,
             stdout=self._log,

@@ -145,6 +145,13 @@ def test_the_driving_badge_shows_another_callers_invocation(
     try:
         expect(badge).to_be_visible(timeout=10000)
         expect(badge).to_contain_text("wait_for_stable_screen (http 127.0.0.1/agent)")
+        # It keeps the header on one line: the badge sits beside the heading, not below it.
+        head, mark = page.locator("#live .live-head h2").bounding_box(), badge.bounding_box()
+        assert (
+            head
+            and mark
+            and abs((head["y"] + head["height"] / 2) - (mark["y"] + mark["height"] / 2)) < 6
+        ), (head, mark)
     finally:
         worker.join()
     expect(badge).to_be_hidden(timeout=10000)

@@ -181,3 +181,24 @@ async def test_mcp_and_the_skill_bundle_teach_the_text_tools(make_daemon: Make) 
     assert "## tap_text" in skill and "stale_snapshot" in skill and "screen_text" in skill
     # ... and how to tell whether an action worked: since, text_changes
     assert "`since`" in skill and "text_changes" in skill and '"since": "before"' in skill
+
+
+async def test_the_mouse_cursor_is_not_read_as_text(make_daemon: Make) -> None:
+    """The simulated arrow read as "不" (0.6-0.9) where the daemon had put the pointer; the
+    text tools leave the pointer's own glyph out, and the screen's other text in."""
+    d = start(make_daemon)
+    home = await ok(d, "screen_text", {})
+    for point in ({"x": 500, "y": 600}, {"x": 700, "y": 450}):
+        await ok(d, "mouse_move", point)
+        tree = await ok(d, "screen_text", {})
+        tip = (point["x"] * 1079 / 1000, point["y"] * 1919 / 1000)
+        at_tip = [
+            ln
+            for ln in tree["lines"]
+            if abs(ln["box"]["x0"] - tip[0]) < 40 and abs(ln["box"]["y0"] - tip[1]) < 40
+        ]
+        assert at_tip == [], at_tip
+        assert "不" not in {e["text"] for e in tree["elements"]}
+        assert {ln["text"] for ln in tree["lines"]} == {ln["text"] for ln in home["lines"]}
+        found = await ok(d, "find_text", {"query": "不"})
+        assert found["count"] == 0

@@ -153,7 +153,7 @@ async def test_each_transport_call_appears_once_with_its_caller(make_daemon: Mak
         r["id"] for r in rows
     )
     reply, err = cli(d.tmp / "ipc.sock", "trace", "--db", str(d.tmp / "none.db"))
-    assert reply == {"type": "rejected", "failure": "INSTALLATION_STOPPED"} and "none.db" in err
+    assert reply == {"type": "rejected", "failure": "INVALID_COMMAND"} and "none.db" in err
 
 
 async def test_input_invocation_keeps_images_switches_and_releases(make_daemon: Make) -> None:

@@ -191,3 +191,42 @@ def test_the_link_checker_sees_links_and_anchors() -> None:
     assert slug("[device]") == "device" and slug("How long a call runs, and what") == (
         "how-long-a-call-runs-and-what"
     )
+
+
+def test_every_tool_argument_has_a_description_and_its_bounds() -> None:
+    """docs/tools.md's argument tables are made from the schemas: an argument without a
+    description, or a number without its bounds, would leave a blank cell a caller must guess.
+    Every platform's schema counts (quick_action's actions differ by platform)."""
+    missing = []
+    for spec in docgen.catalog_specs():
+        for platform in ("ios", "android", "macos", "windows", "linux"):
+            for name, _kind, _need, _default, bounds, text in docgen.arg_rows(
+                spec.schema_for(platform)
+            ):
+                where = f"{spec.name}.{name} ({platform})"
+                if not text:
+                    missing.append(f"{where}: no description")
+                sub = spec.schema_for(platform)["properties"][name]
+                if sub.get("type") in ("integer", "number") and not bounds:
+                    missing.append(f"{where}: no range")
+    assert missing == [], "add them to the tool's schema (daemon/tools/): " + "; ".join(
+        sorted(set(missing))
+    )
+
+
+def test_the_argument_table_shows_default_and_range() -> None:
+    rows = {r[0]: r for r in docgen.arg_rows(
+        {
+            "properties": {
+                "q": {"type": "integer", "minimum": 1, "maximum": 100, "default": 80,
+                      "description": "quality"},
+                "t": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                "s": {"type": "string", "minLength": 1, "maxLength": 5},
+                "d": {"type": "integer", "minimum": -5, "maximum": 5, "not": {"const": 0}},
+            },
+            "required": ["q"],
+        }
+    )}  # fmt: skip
+    assert rows["q"] == ("q", "integer", "yes", "`80`", "1..100", "quality")
+    assert rows["t"][4] == "> 0 .. 3600" and rows["t"][5] == ""
+    assert rows["s"][4] == "1..5 characters" and rows["d"][4] == "-5..5, not 0"

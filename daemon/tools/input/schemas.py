@@ -17,13 +17,17 @@ POINT = object_schema(
         "y": {**_COORD, "description": "0 (top) .. 1000 (bottom), or pixels"},
     },
     required=["x", "y"],
+    description="where: {x, y} in coord_space (normalized 0..1000 unless pixel)",
 )
 COORD_SPACE = {
     "enum": ["normalized", "pixel"],
     "default": "normalized",
     "description": "normalized 0..1000 on both axes (default), or pixels of the screenshot",
 }
-DIRECTION = {"enum": list(prog.DIRECTIONS)}
+DIRECTION = {
+    "enum": list(prog.DIRECTIONS),
+    "description": "which way to move (drag_start: default toward the horizontal centre)",
+}
 _MS = {"type": "integer", "minimum": 0, "maximum": 60000}
 # A whole gesture also fits prog.MAX_PROGRAM_MS (checked on the built program).
 SPEED = {"type": "number", "minimum": prog.MIN_SPEED, "maximum": 100000}
@@ -170,13 +174,24 @@ def keyboard_tap_schema(platform: str) -> dict[str, Any]:
                 "description": "one key, or a chord pressed in order and released in reverse: "
                 '["ctrl","c"], ["cmd","space"]',
             },
-            "repeat": {"type": "integer", "minimum": 1, "maximum": 50, "default": 1},
+            "repeat": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "default": 1,
+                "description": "how many times to press and release it",
+            },
         },
         required=["keys"],
     )
 
 
-TEXT = {"type": "string", "minLength": 1, "maxLength": 5000}
+TEXT = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 5000,
+    "description": "the characters to type, as the target's keyboard layout types them",
+}
 
 _BOX = object_schema(
     {k: {"type": "number"} for k in ("x0", "y0", "x1", "y1")}, ["x0", "y0", "x1", "y1"]
@@ -260,8 +275,16 @@ ENTER_TEXT_ARGS = object_schema(
     {
         "point": POINT,
         "text": {**TEXT, "minLength": 0},
-        "clear": {"type": "boolean", "default": False},
-        "submit": {"type": "boolean", "default": False},
+        "clear": {
+            "type": "boolean",
+            "default": False,
+            "description": "select all and delete what the field holds before typing",
+        },
+        "submit": {
+            "type": "boolean",
+            "default": False,
+            "description": "press Enter after the text",
+        },
         "coord_space": COORD_SPACE,
         "text_changes": TEXT_CHANGES_ARG,
     },
@@ -286,8 +309,14 @@ MOUSE_SCROLL_ARGS = object_schema(
             "minimum": -50,
             "maximum": 50,
             "not": {"const": 0},
+            "description": "wheel clicks, not 0: positive scrolls up (or right), negative down "
+            "(or left)",
         },
-        "horizontal": {"type": "boolean", "default": False},
+        "horizontal": {
+            "type": "boolean",
+            "default": False,
+            "description": "scroll sideways instead of up and down",
+        },
     },
     required=["delta"],
 )
@@ -295,7 +324,16 @@ MOUSE_SCROLL_ARGS = object_schema(
 
 def quick_action_schema(platform: str) -> dict[str, Any]:
     return object_schema(
-        {"action": {"enum": list(QUICK_ACTIONS[platform])}, "list": {"type": "boolean"}},
+        {
+            "action": {
+                "enum": list(QUICK_ACTIONS[platform]),
+                "description": "the system action to perform (those of the target's platform)",
+            },
+            "list": {
+                "type": "boolean",
+                "description": "true: perform nothing, list the platform's actions instead",
+            },
+        },
         oneOf=[{"required": ["action"]}, {"required": ["list"]}],
     )
 
@@ -310,8 +348,24 @@ QUICK_ACTION_RESULT = {
     ]
 }
 OPEN_APP_ARGS = object_schema(
-    {"name": {"type": "string", "minLength": 1, "maxLength": 100}}, required=["name"]
+    {
+        "name": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 100,
+            "description": "the app's name as its icon shows it, e.g. Notes",
+        }
+    },
+    required=["name"],
 )
 OPEN_URL_ARGS = object_schema(
-    {"url": {"type": "string", "minLength": 1, "maxLength": 2000}}, required=["url"]
+    {
+        "url": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2000,
+            "description": "the address to open in the target's browser, e.g. https://example.com",
+        }
+    },
+    required=["url"],
 )

@@ -141,7 +141,7 @@ def load(state_dir: Path) -> Fit | None:
 
 
 def save(state_dir: Path, f: Fit) -> None:
-    from daemon.tls import write_private  # whole or not at all
+    from daemon.private_files import write_private  # whole or not at all
 
     state_dir.mkdir(parents=True, exist_ok=True)
     write_private(state_dir / FILE, json.dumps(f.to_dict()).encode())

@@ -377,8 +377,8 @@ class ScreenConfig:
     hid_span: str = _key(
         "platform",
         {"enum": ["platform", "screen", "frame"]},
-        'what the HID pointer\'s 0..32767 spans: "platform" (by device_type: an iPhone\'s '
-        "screen, an Android touchscreen the whole frame), or \"screen\" / \"frame\" for a "
+        "what the HID pointer's 0..32767 spans: \"platform\" (by device_type: an iPhone's "
+        'screen, an Android touchscreen the whole frame), or "screen" / "frame" for a '
         "target that binds it otherwise (a touchscreen on a Linux desktop spans its screen)",
     )
 

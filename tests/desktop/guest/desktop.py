@@ -203,7 +203,6 @@ Section "Monitor"
     HorizSync 5.0-1000.0
     VertRefresh 5.0-200.0
     Modeline "{WIDTH}x{HEIGHT}" 63.50 1024 1072 1176 1328 768 771 775 798 -hsync +vsync
-    Modeline "800x600" 40.00 800 840 968 1056 600 601 605 628 +hsync +vsync
 EndSection
 Section "Screen"
     Identifier "screen"
@@ -212,7 +211,7 @@ Section "Screen"
     DefaultDepth 24
     SubSection "Display"
         Depth 24
-        Modes "{WIDTH}x{HEIGHT}" "800x600"
+        Modes "{WIDTH}x{HEIGHT}"
     EndSubSection
 EndSection
 """
@@ -300,21 +299,6 @@ class Xorg:
                     out[node[1]] = dev_name
         return out
 
-    def resize(self, width: int, height: int) -> None:
-        """Change the screen's size with RandR, as a user picking another resolution (the
-        dummy driver switches between the modes of XORG_CONF); wait until the root window
-        has it."""
-        global screen_size
-        sh("xrandr", "-display", DISPLAY, "-s", f"{width}x{height}")
-        until(lambda: self.size() == (width, height), f"X's screen at {width}x{height}", 30)
-        screen_size = (width, height)
-
-    def size(self) -> tuple[int, int]:
-        out = sh("xdpyinfo", "-display", DISPLAY)
-        m = re.search(r"dimensions:\s+(\d+)x(\d+) pixels", out)
-        assert m is not None, "xdpyinfo shows no dimensions"
-        return int(m[1]), int(m[2])
-
     def keyboards(self, layout: str) -> None:
         """Set the desktop's keyboards as a user would: the XKB layout, and X's autorepeat
         delay pushed out of reach (660 ms -> 30 s), as the kernel tier pushes the kernel's.
@@ -328,9 +312,7 @@ class Xorg:
 # -- the screen feeder ---------------------------------------------------------------------------
 
 
-# X's screen size now (Xorg.resize changes it), and where the feeder puts it in the frame.
-screen_size = (WIDTH, HEIGHT)
-_feeder: list[subprocess.Popen[bytes]] = []
+screen_size = (WIDTH, HEIGHT)  # X's screen: the feeder's input
 
 
 def fitted(width: int, height: int) -> tuple[int, int, int, int]:
@@ -355,19 +337,9 @@ def start_feeder(place: tuple[int, int, int, int] | None = None) -> subprocess.P
         "-vf", f"scale={w}:{h}:flags=bilinear,pad={FRAME_W}:{FRAME_H}:{x}:{y}:black",
         "-pix_fmt", FFMPEG_PIX_FMT, "-f", "v4l2", LOOPBACK,
     )  # fmt: skip
-    _feeder[:] = [proc]
     # The capture side shows up once the writer set the format (exclusive_caps).
     until(lambda: "Video Capture" in _caps(), "the loopback device's capture side", 60)
     return proc
-
-
-def stop_feeder() -> None:
-    """Stop the feeder (a source changing its mode: the adapter re-syncs)."""
-    for proc in _feeder:
-        stop(proc)
-        if proc in _started:
-            _started.remove(proc)
-    _feeder.clear()
 
 
 def _caps() -> str:

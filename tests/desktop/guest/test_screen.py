@@ -1,15 +1,13 @@
 """The X screen inside a bigger frame, as an HDMI adapter sends it: the feeder scales X's
 1024x768 into a 1280x720 frame with black bars (desktop.fitted: 960x720 at x 160). Every other
 scenario of the tier runs on that capture, so their taps, drags and tap_text prove the mapping;
-here: the daemon finds the screen by itself, calibration against the real X cursor recovers the
-map, and a new screen size (xrandr) with the adapter's new placement is picked up by itself."""
+here: the daemon finds the screen by itself, and calibration against the real X cursor recovers
+the map."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import desktop
 import pytest
 from conftest import Desktop, Record
 from desktop import FRAME_H, FRAME_W, HEIGHT, WIDTH, Fingertip, decode, fitted, until
@@ -18,8 +16,6 @@ from test_pointer import near, show_canvas
 # calibrate_pointer's HID positions (daemon.screen.calibrate.POINTS), 0..1000 of the pointer.
 CALIBRATION_POINTS = ((150, 150), (850, 150), (500, 500), (150, 850), (850, 850))
 TEXT_WIDGETS = ("name", "notes", "paste")  # X shows an I-beam over them, not the arrow
-SMALL = (800, 600)  # the second mode of desktop.XORG_CONF
-SMALL_PLACE = (240, 60, 800, 600)  # that mode unscaled, centred: bars on all four sides
 
 
 @pytest.fixture
@@ -121,31 +117,3 @@ def test_calibration_finds_the_x_cursor_and_taps_use_it(
     finally:
         ft.ok("calibrate_pointer", {"forget": True})
     assert screen(ft)["hid_map"]["from"] == "platform"
-
-
-@pytest.fixture
-def small_screen(desk: Desktop, ft: Fingertip) -> Iterator[None]:
-    """X at 800x600 and the adapter re-synced to it; back to the session's screen after. The
-    Canvas page first (the app's rectangles are in the 1024x768 screen's coordinates)."""
-    show_canvas(desk, ft)
-    desktop.stop_feeder()
-    try:
-        desk.xorg.resize(*SMALL)
-        desktop.start_feeder(SMALL_PLACE)
-        yield
-    finally:
-        desktop.stop_feeder()
-        desk.xorg.resize(WIDTH, HEIGHT)
-        desktop.start_feeder()
-
-
-def test_a_new_screen_size_is_picked_up_by_itself(
-    desk: Desktop, ft: Fingertip, small_screen: None, record: Record
-) -> None:
-    """The desktop switches to 800x600 and the adapter, re-synced, shows it unscaled with
-    bars on all four sides: the daemon finds the new rectangle from the picture alone, and
-    taps land across the new screen."""
-    s = wait_screen(ft, SMALL_PLACE)
-    record("screen_after_xrandr", f"{rect_of(s)} of {FRAME_W}x{FRAME_H}")
-    worst = tap_grid(desk, ft, SMALL, "after xrandr")
-    record("small_screen_tap_worst_miss_px", round(worst, 1))

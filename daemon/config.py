@@ -401,6 +401,14 @@ class ScreenConfig:
         "or empty: a detected rectangle is snapped to its aspect ratio, in either orientation",
     )
 
+    hid_span: str = _key(
+        "platform",
+        {"enum": ["platform", "screen", "frame"]},
+        "what the HID pointer's 0..32767 spans: \"platform\" (by device_type: an iPhone's "
+        'screen, an Android touchscreen the whole frame), or "screen" / "frame" for a '
+        "target that binds it otherwise (a touchscreen on a Linux desktop spans its screen)",
+    )
+
     def __post_init__(self) -> None:
         from daemon.screen.geometry import parse_setting
 

@@ -29,7 +29,7 @@ from daemon.media import MediaStore, drive_for
 from daemon.posture import posture
 from daemon.runtime import Runtime
 from daemon.screen import calibrate
-from daemon.screen.geometry import ScreenFrames, ScreenGeometry, parse_setting
+from daemon.screen.geometry import ScreenFrames, ScreenGeometry, parse_setting, span_setting
 from daemon.screen.ocr import Ocr
 from daemon.screen.service import Screen
 from daemon.screen.stream import StreamHub
@@ -93,6 +93,7 @@ def build(config: Config) -> Daemon:
         parse_setting(config.screen.geometry),
         config.platform,
         (model[0], model[1]) if model else None,
+        hid_span=span_setting(config.screen.hid_span),
     )
     geometry.calibration = calibrate.load(config.state_dir)  # kept from an earlier run
     frames = ScreenFrames(counted.frames, geometry)

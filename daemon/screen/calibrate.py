@@ -30,6 +30,7 @@ DIFF = 40  # grey levels a cursor differs from the screen under it
 MIN_PIXELS = 12  # a smaller difference is noise, not a cursor
 ROUND = 0.65  # a blob filling this much of its box is a round cursor (AssistiveTouch)
 FILE = "screen-calibration.json"
+SETTLE_TIMEOUT_S = 5.0  # the longest a move takes to show in the picture
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,16 @@ def find_cursors(images: Sequence[Image]) -> list[tuple[float, float] | None]:
         else:
             found.append((float(x), float(y)))
     return found
+
+
+def differs(a: Image, b: Image) -> bool:
+    """Whether two frames differ by at least a cursor's worth of pixels (the cursor moved in
+    the picture); a few noisy pixels do not count."""
+    import cv2
+    import numpy as np
+
+    diff = cv2.absdiff(cv2.cvtColor(a, cv2.COLOR_BGR2GRAY), cv2.cvtColor(b, cv2.COLOR_BGR2GRAY))
+    return int(np.count_nonzero(diff > DIFF)) >= MIN_PIXELS
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

@@ -399,6 +399,15 @@ def parse_setting(value: str | list[int]) -> Literal["auto", "full"] | Rect:
     return Rect(x, y, w, h)
 
 
+def span_setting(value: str) -> Span | None:
+    """[screen] hid_span: "platform" (None: HID_SPAN by device type), "screen" or "frame"."""
+    if value == "platform":
+        return None
+    if value not in ("screen", "frame"):
+        raise ValueError(f'hid_span must be "platform", "screen" or "frame", not {value!r}')
+    return "screen" if value == "screen" else "frame"
+
+
 @dataclass
 class ScreenGeometry:
     """The daemon's screen geometry: configured, or detected from the frames as they pass.
@@ -412,6 +421,9 @@ class ScreenGeometry:
     setting: Literal["auto", "full"] | Rect = "auto"
     platform: str = "ios"
     model: tuple[int, int] | None = None  # the target's screen size: snap to its aspect
+    # What the HID pointer spans when the target binds it otherwise than its platform does
+    # (a touchscreen on a Linux desktop spans the desktop's screen): None, HID_SPAN's.
+    hid_span: Span | None = None
     current: Geometry | None = None
     detections: int = 0  # how many times detect() ran (diagnostics, tests)
     calibration: Calibration | None = None  # the measured map, for the rectangle it was made with
@@ -422,7 +434,7 @@ class ScreenGeometry:
 
     @property
     def span(self) -> Span:
-        return HID_SPAN.get(self.platform, "screen")
+        return self.hid_span or HID_SPAN.get(self.platform, "screen")
 
     def invalidate(self) -> None:
         """Forget what the edges looked like: the next frame is detected afresh. The capture

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,9 +22,13 @@ from daemon.catalog import CallContext, ToolSpec, object_schema
 from daemon.engine import program as prog
 from daemon.engine.program import Point
 from daemon.errors import ToolError
+from daemon.frames import Frame
 from daemon.runtime import Runtime
 from daemon.screen import calibrate
 from daemon.screen.geometry import IDENTITY, ScreenFrames
+
+if TYPE_CHECKING:
+    from daemon.frames import Image
 
 log = structlog.get_logger("daemon.tools.calibration")
 
@@ -71,16 +75,31 @@ def tools(rt: Runtime) -> list[ToolSpec]:
             raise ToolError("calibration_unavailable", "no screen geometry on this daemon")
         raw = dataclasses.replace(engine.pointer, map=IDENTITY)  # HID positions as they are
         timeout = rt.screen.frame_timeout_s
-        images, frame = [], None
+
+        async def shown(before: Frame) -> Frame:
+            """The first frame that shows the cursor moved from `before` and at rest (the
+            next frame the same): the display path shows a move late (an HDMI chain, the
+            desktop tier's emulated one 0.4-1.1 s), and iOS animates its cursor. After
+            SETTLE_TIMEOUT_S, the last frame (a cursor already there does not move)."""
+            deadline = time.monotonic() + calibrate.SETTLE_TIMEOUT_S
+            frame, moved = before, False
+            while time.monotonic() < deadline:
+                nxt = await source.full_frame(newer_than=frame.captured_at, timeout=timeout)
+                still = not await asyncio.to_thread(calibrate.differs, frame.image, nxt.image)
+                moved = moved or await asyncio.to_thread(calibrate.differs, before.image, nxt.image)
+                if moved and still:
+                    return nxt
+                frame = nxt
+            return frame
+
+        images: list[Image] = []
+        frame = await source.full_frame(timeout=timeout)
         async with engine.invocation("calibrate_pointer") as s:
             for x, y in calibrate.POINTS:
                 await s.run(prog.mouse_move(rt.config.input, raw, Point(x, y)))
-                # A frame from after the cursor got there (iOS animates it: the settle).
-                seen_after = time.monotonic() + raw.settle_ms / 1000
-                await asyncio.sleep(raw.settle_ms / 1000)
-                frame = await source.full_frame(newer_than=seen_after, timeout=timeout)
+                await asyncio.sleep(raw.settle_ms / 1000)  # iOS animates the cursor there
+                frame = await shown(frame)
                 images.append(frame.image)
-        assert frame is not None
         g = geometry.observe(frame)
         seen = await asyncio.to_thread(calibrate.find_cursors, images)
         missing = [p for p, c in zip(calibrate.POINTS, seen, strict=True) if c is None]

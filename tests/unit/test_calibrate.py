@@ -82,3 +82,17 @@ def test_the_calibration_is_kept_and_holds_only_for_its_rectangle(tmp_path: Path
     assert calibrate.load(tmp_path) is None
     (tmp_path / calibrate.FILE).write_text("{not json")
     assert calibrate.load(tmp_path) is None
+
+
+def test_a_moved_cursor_differs_and_noise_does_not() -> None:
+    """calibrate_pointer waits for the picture to show each move: on the desktop tier the
+    display path showed it 0.4-1.1 s late, and a frame taken at once showed the cursor where
+    it had been (each position fitted against the one before)."""
+    screen = framed(picture(1170, 2532), PORTRAIT_OVERSCAN)
+    here = with_cursor(screen, (700.0, 900.0), round_cursor=False)
+    there = with_cursor(screen, (1100.0, 400.0), round_cursor=False)
+    assert calibrate.differs(here, there)
+    assert not calibrate.differs(here, here.copy())
+    noisy = here.copy()
+    noisy[10, 10:15] = 255 - noisy[10, 10:15]  # five pixels flipped: noise, not a cursor
+    assert not calibrate.differs(here, noisy)

@@ -21,6 +21,7 @@ from daemon.screen.geometry import (
     detect,
     fit,
     parse_setting,
+    span_setting,
 )
 from gadget import reports
 
@@ -201,6 +202,22 @@ def test_the_hid_map_per_platform() -> None:
     assert abs(x - 250) < 0.1 and abs(y - 750) < 0.1
     # A full frame maps as it is on every platform.
     assert Geometry(FW, FH, Rect(0, 0, FW, FH), "full").hid_map("frame") == IDENTITY
+
+
+def test_hid_span_setting_overrides_the_platforms() -> None:
+    """A touchscreen on a Linux desktop (the desktop tier's Android profile) spans the desktop's
+    screen, not the frame its HDMI output is padded into: [screen] hid_span says so."""
+    bright = framed(picture(1170, 2532), PORTRAIT_OVERSCAN)
+    platform = ScreenGeometry("auto", "android", hid_span=span_setting("platform"))
+    platform.observe(frame(bright, 1))
+    assert platform.span == "frame" and not platform.hid_map().identity
+    screen = ScreenGeometry("auto", "android", hid_span=span_setting("screen"))
+    screen.observe(frame(bright, 1))
+    assert screen.span == "screen" and screen.hid_map() == IDENTITY
+    assert screen.status()["hid_span"] == "screen"
+    assert ScreenGeometry("auto", "ios", hid_span=span_setting("frame")).span == "frame"
+    with pytest.raises(ValueError):
+        span_setting("bars")
 
 
 def test_crop_is_the_screen_and_drops_the_devices_jpeg() -> None:

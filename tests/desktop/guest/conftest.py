@@ -23,6 +23,7 @@ IN_GUEST = os.environ.get("FINGERTIP_KERNEL_GUEST") == "1"
 # pointer profile first (us, then de and fr for typing), the android touchscreen last.
 ORDER = (
     "test_pointer",
+    "test_screen",
     "test_timing",
     "test_reading",
     "test_clear",

@@ -35,7 +35,11 @@ HERE = Path(__file__).resolve().parent
 WORK = Path("/run/fingertip")  # the run's folder on the host (9p): artifacts go here
 SCREENS = WORK / "screens"
 SCRATCH = Path("/tmp/desktop")  # the guest's tmpfs: sockets, configs, the daemon's state
-WIDTH, HEIGHT = 1024, 768
+WIDTH, HEIGHT = 1024, 768  # X's screen
+# The capture's frame: the X screen scaled and pillarboxed into it, as an HDMI adapter or
+# grabber puts a 4:3 picture in a 16:9 frame; the daemon must find the screen inside it
+# (daemon/screen/geometry.py) for taps, screenshots and text to be the screen's.
+FRAME_W, FRAME_H = 1280, 720
 DISPLAY = ":1"
 LOOPBACK = "/dev/video10"
 FEED_FPS = 10
@@ -161,8 +165,8 @@ def load_v4l2loopback() -> None:
         f"video_nr={LOOPBACK.removeprefix('/dev/video')}",
         "card_label=Desktop HDMI",
         "exclusive_caps=1",
-        f"max_width={WIDTH}",
-        f"max_height={HEIGHT}",
+        f"max_width={FRAME_W}",
+        f"max_height={FRAME_H}",
     )
 
 
@@ -308,14 +312,29 @@ class Xorg:
 # -- the screen feeder ---------------------------------------------------------------------------
 
 
-def start_feeder() -> subprocess.Popen[bytes]:
-    """ffmpeg copying X's screen into the loopback device: the desktop's "HDMI output". The
-    pointer is drawn into the frames, as a real display shows it."""
+screen_size = (WIDTH, HEIGHT)  # X's screen: the feeder's input
+
+
+def fitted(width: int, height: int) -> tuple[int, int, int, int]:
+    """Where an adapter that scales a width x height picture to fit the frame puts it:
+    x, y, w, h in frame pixels, centred (1024x768 -> 960x720 at x 160: a pillarbox)."""
+    scale = min(FRAME_W / width, FRAME_H / height)
+    w, h = round(width * scale) // 2 * 2, round(height * scale) // 2 * 2
+    return (FRAME_W - w) // 2, (FRAME_H - h) // 2, w, h
+
+
+def start_feeder(place: tuple[int, int, int, int] | None = None) -> subprocess.Popen[bytes]:
+    """ffmpeg copying X's screen into the loopback device: the desktop's "HDMI output",
+    scaled to `place` (x, y, w, h; by default fitted()) inside a FRAME_W x FRAME_H frame of
+    black bars. The pointer is drawn into the frames, as a real display shows it."""
+    width, height = screen_size
+    x, y, w, h = place or fitted(width, height)
     proc = spawn(
         "ffmpeg",
         "ffmpeg", "-hide_banner", "-loglevel", "warning", "-nostdin",
         "-f", "x11grab", "-draw_mouse", "1", "-framerate", str(FEED_FPS),
-        "-video_size", f"{WIDTH}x{HEIGHT}", "-i", DISPLAY,
+        "-video_size", f"{width}x{height}", "-i", DISPLAY,
+        "-vf", f"scale={w}:{h}:flags=bilinear,pad={FRAME_W}:{FRAME_H}:{x}:{y}:black",
         "-pix_fmt", FFMPEG_PIX_FMT, "-f", "v4l2", LOOPBACK,
     )  # fmt: skip
     # The capture side shows up once the writer set the format (exclusive_caps).
@@ -448,6 +467,7 @@ class Fingertip:
 
     def start(self) -> None:
         home = SCRATCH / f"daemon-{self.device_type}-{self.layout}"
+        touch = self.device_type.lower() == "android"
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         self.proc = DaemonProcess(
@@ -457,8 +477,8 @@ class Fingertip:
                 "backend": {"kind": "board"},
                 "capture": {
                     "device": LOOPBACK,
-                    "width": WIDTH,
-                    "height": HEIGHT,
+                    "width": FRAME_W,
+                    "height": FRAME_H,
                     "fps": float(FEED_FPS),
                     "fourcc": FOURCC,
                     # The screen feeder is ffmpeg under TCG: with the machine busy (three
@@ -480,6 +500,9 @@ class Fingertip:
                 # of the form 120-150 s to read.
                 "ocr": {"read_timeout_s": OCR_READ_TIMEOUT_S},
                 "log": {"format": "json", "level": "info"},
+                # X binds a touchscreen across its own screen, not across the frame its
+                # picture is padded into (as Android binds it to its HDMI display).
+                **({"screen": {"hid_span": "screen"}} if touch else {}),
             },
         )
         self.proc.start(timeout=START_TIMEOUT_S)
@@ -539,11 +562,23 @@ class Fingertip:
 
 
 def decode(shot: dict[str, Any]) -> np.ndarray:
-    """A screenshot tool result (or an HID tool's evidence) as a BGR image."""
+    """A screenshot tool result (or an HID tool's evidence) as a BGR image, in X's pixels
+    (as_x)."""
     data = np.frombuffer(base64.b64decode(shot["data"]), np.uint8)
     image = cv2.imdecode(data, cv2.IMREAD_COLOR)
     assert image is not None, "the screenshot does not decode"
-    return image
+    return as_x(image)
+
+
+def as_x(image: np.ndarray) -> np.ndarray:
+    """A picture of the screen (the daemon crops its frames to the screen it found) scaled
+    back to X's own pixels, so checks can use the application's coordinates; a picture of
+    another shape (a whole frame, bars included) as it is."""
+    w, h = screen_size
+    ih, iw = image.shape[:2]
+    if (iw, ih) == (w, h) or abs(iw / ih - w / h) > 0.01:
+        return image
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_LINEAR)
 
 
 class MjpegReader:
@@ -568,7 +603,7 @@ class MjpegReader:
                 headers[k.strip().lower()] = v.strip()
         body = self.resp.read(int(headers["content-length"]))
         image = cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR)
-        return int(headers["x-frame-seq"]), float(headers["x-captured-mono"]), image
+        return int(headers["x-frame-seq"]), float(headers["x-captured-mono"]), as_x(image)
 
 
 def save_screen(name: str, image: np.ndarray) -> None:

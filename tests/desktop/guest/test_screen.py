@@ -15,7 +15,8 @@ from test_pointer import near, show_canvas
 
 # calibrate_pointer's HID positions (daemon.screen.calibrate.POINTS), 0..1000 of the pointer.
 CALIBRATION_POINTS = ((150, 150), (850, 150), (500, 500), (150, 850), (850, 850))
-TEXT_WIDGETS = ("name", "notes", "paste")  # X shows an I-beam over them, not the arrow
+# X shows an I-beam over them, not the arrow.
+TEXT_WIDGETS = ("name", "plain", "term", "notes", "paste")
 
 
 @pytest.fixture

@@ -82,6 +82,7 @@ def test_caps_lock_on_is_typed_around_and_left_on(
     assert after.output["caps_lock"] == "off", after.output
 
 
+@pytest.mark.xfail(reason="issue 49, open: new in this round and not yet seen passing in a whole desktop run of the merged tree", strict=False)
 def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layout: str) -> None:
     name = normalized(*centre(desk.app.state()["rects"]["name"]))
     ft.ok("enter_text", {"point": name, "text": "Old value"})

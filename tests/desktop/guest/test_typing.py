@@ -11,6 +11,10 @@ import pytest
 from conftest import Desktop
 from desktop import TEXT_TIMEOUT_S, Fingertip, centre, evidence, normalized
 
+# Issue 49 is open: these scenarios are new in this round and have not yet been seen passing in
+# a whole desktop run of the merged tree.
+UNPROVEN = "issue 49, open: not yet seen passing in a whole desktop run of the merged tree"
+
 SENTENCES = {
     "us": "The quick brown fox jumps over the lazy dog. 0123456789 "
     "!@#$%^&*()_+-=[]{};:'\",./<>?\\|`~",
@@ -82,7 +86,7 @@ def test_caps_lock_on_is_typed_around_and_left_on(
     assert after.output["caps_lock"] == "off", after.output
 
 
-@pytest.mark.xfail(reason="issue 49, open: new in this round and not yet seen passing in a whole desktop run of the merged tree", strict=False)
+@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layout: str) -> None:
     name = normalized(*centre(desk.app.state()["rects"]["name"]))
     ft.ok("enter_text", {"point": name, "text": "Old value"})

@@ -500,14 +500,14 @@ def forward(unix: Path, port: int) -> threading.Thread:
 def test_make_deploy_health_check_speaks_tls_when_told(make_daemon: Make, tmp_path: Path) -> None:
     """deploy.py's health check reaches a TLS address through its ssh forward: plain first,
     the daemon's 400 tls_required, then TLS, with the certificate checked against health."""
-    from tests.unit.test_deploy import deploy
+    from deploy import health, pure
 
     d = make_daemon(TLS_ON)
     unix = tmp_path / "fwd.sock"
     forward(unix, d.port)
-    health = deploy.health_check(unix, "127.0.0.1", d.port, 60)
-    assert health["ok"] is True
-    fingerprint, pins = deploy.pins(health, d.port)
+    answer = health.health_check(unix, "127.0.0.1", d.port, 60)
+    assert answer["ok"] is True
+    fingerprint, pins = pure.pins(answer, d.port)
     assert fingerprint == key_pin(served(d.port))
     assert pins == {}  # loopback only: nothing a host would pin
 

@@ -265,7 +265,7 @@ class Catalog:
                 # The client left; the HID invocation goes on and is logged once, at its end.
                 task.add_done_callback(lambda t: self._log_detached(name, began, t, ctx, args))
             else:
-                self._log(name, began, "cancelled", "client_gone", ctx, args=args)
+                self.record(name, began, "cancelled", "client_gone", ctx, args=args)
             raise
         except Exception as exc:
             log.exception("tool_exception", tool=name)
@@ -282,7 +282,7 @@ class Catalog:
         if after is not None and after.tree is not None:
             extra["tree_evidence"] = _evidence_word(tree)
         outcome = "ok" if error is None else "error"
-        self._log(name, began, outcome, code, ctx, args=args, result=result, **extra)
+        self.record(name, began, outcome, code, ctx, args=args, result=result, **extra)
         return Outcome(
             spec or unknown_spec(name),
             result,
@@ -493,9 +493,9 @@ class Catalog:
         else:
             result = task.result()
         outcome = "ok" if code is None else "error"
-        self._log(name, began, outcome, code, ctx, args=args, result=result, client_gone=True)
+        self.record(name, began, outcome, code, ctx, args=args, result=result, client_gone=True)
 
-    def _log(
+    def record(
         self,
         name: str,
         began: Began,
@@ -508,6 +508,8 @@ class Catalog:
         client_gone: bool = False,
         **fields: Any,
     ) -> None:
+        """Log a call's line and hand its record to the observers (flight recorder, metrics):
+        every tool call's end, and what a route runs like a tool (a media upload)."""
         duration_ms = round(began.elapsed_ms(), 1)
         extra = {"client_gone": True, **fields} if client_gone else fields
         line = {

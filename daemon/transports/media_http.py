@@ -11,19 +11,17 @@ no longer than a slow header would."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
-import structlog
 from aiohttp import web
 
-from daemon.catalog import CallContext, Caller, Catalog, Invocation
+from daemon.catalog import CallContext, Caller, Catalog
+from daemon.catalog.registry import Began
 from daemon.errors import ToolError
 from daemon.media import CHUNK, MediaStore, check_name
 from daemon.transports.responses import error_response
 from daemon.transports.routes import Route, action
 
-log = structlog.get_logger("daemon.media")
 PATH = "/api/media/images/{name}"
 TOOL = "media_upload"  # the name the upload is recorded and authorized under
 DOWNLOAD = "media_download"
@@ -40,11 +38,12 @@ def routes(store: MediaStore, catalog: Catalog, idle_timeout_s: float) -> list[R
 
     async def upload(request: web.Request, caller: Caller) -> web.StreamResponse:
         name = request.match_info["name"]
-        ctx = CallContext("http", client=request.remote or "")
-        started, wall = time.monotonic(), time.time()
+        ctx = CallContext("http", client=request.remote or "", token_id=caller.token_id)
+        ctx.ran = True
+        began = Began.now()
+        args = {"name": name, "content_length": request.content_length}
         outcome, code, result = "ok", None, None
         try:
-            ctx.ran = True
             made = await store.upload(check_name(name), chunks(request), request.content_length)
             result = made.to_dict()
             return web.json_response(result)
@@ -62,32 +61,8 @@ def routes(store: MediaStore, catalog: Catalog, idle_timeout_s: float) -> list[R
         except (asyncio.CancelledError, ConnectionError):
             outcome, code = "cancelled", "media_upload_incomplete"
             raise
-        finally:
-            record(
-                Invocation(
-                    id=ctx.invocation_id,
-                    tool=TOOL,
-                    transport="http",
-                    client=ctx.client,
-                    args={"name": name, "content_length": request.content_length},
-                    started_at=wall,
-                    duration_ms=(time.monotonic() - started) * 1000,
-                    outcome=outcome,
-                    error_code=code,
-                    result=result,
-                )
-            )
-
-    def record(inv: Invocation) -> None:
-        """Hand the upload to the catalog's observers (flight recorder, metrics), as the
-        catalog does for a tool call; an observer's fault never reaches the client."""
-        log.info("tool_invocation", tool=TOOL, transport="http", outcome=inv.outcome,
-                 error_code=inv.error_code, duration_ms=round(inv.duration_ms, 1))  # fmt: skip
-        for observer in catalog.observers:
-            try:
-                observer(inv)
-            except Exception:
-                log.exception("invocation_observer_failed", tool=TOOL)
+        finally:  # the trail and the log line as for a tool call: the catalog's one path
+            catalog.record(TOOL, began, outcome, code, ctx, args=args, result=result)
 
     async def download(request: web.Request, caller: Caller) -> web.StreamResponse:
         """The whole image, as the target left it: private (what the target saved), and not

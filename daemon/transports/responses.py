@@ -31,10 +31,6 @@ def error_response(error: ToolError) -> web.Response:
     return web.json_response(error_body(error), status=http_status(error.code))
 
 
-# The data routes' name for the same reply (one status per code: no table of their own).
-data_error = error_response
-
-
 def body_limit(max_bytes: int) -> Middleware:
     """aiohttp refuses a body over client_max_size ([server].max_body_bytes) in whichever
     handler reads it, as a plain-text 413: every route answers the tools API's JSON

@@ -13,7 +13,7 @@ The access levels (who decides, and what a refusal is):
            the snapshot, the flight recorder)
   action   Caller.authorize with the policy the route names for the request (/api/sim/*)
 Refusals and other ToolErrors get the tools API's body with the status of their code
-(responses.data_error).
+(responses.error_response).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from aiohttp import typedefs, web
 from daemon.auth import Auth
 from daemon.catalog import Caller, Guard
 from daemon.errors import ToolError
-from daemon.transports.responses import data_error
+from daemon.transports.responses import error_response
 
 Level = Literal["open", "catalog", "data", "private", "action"]
 Handler = Callable[[web.Request, Caller], Awaitable[web.StreamResponse]]
@@ -107,7 +107,7 @@ def wrap(route: Route, auth: Auth, guard: Guard) -> typedefs.Handler:
             access.check(caller, request)
             return await handler(request, caller)
         except ToolError as exc:
-            return data_error(exc)
+            return error_response(exc)
 
     checked.access = access  # type: ignore[attr-defined]  # read by the route table's test
     checked.streams_body = route.streams_body  # type: ignore[attr-defined]  # body_deadline

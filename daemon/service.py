@@ -19,7 +19,7 @@ from aiohttp import web
 from daemon import VERSION, memory, metrics, systemd, toollab, wire
 from daemon.auth import Auth, ensure_state_dir, load_or_create_token
 from daemon.backends import Backend
-from daemon.catalog import Caller, Catalog, Guard
+from daemon.catalog import Catalog, Guard
 from daemon.config import Config
 from daemon.discovery import Announcer
 from daemon.engine import InputEngine
@@ -43,9 +43,8 @@ from daemon.transports.ipc import IpcServer
 from daemon.transports.mcp import McpEndpoint
 from daemon.transports.openapi import OpenApi
 from daemon.transports.responses import body_limit
-from daemon.transports.routes import Route, catalog, mount
+from daemon.transports.routes import mount
 from daemon.transports.trace_http import TraceApi
-from daemon.transports.ws import PATH as WS_PATH
 from daemon.transports.ws import WsTransport
 from daemon.wire import error_body
 from gadget.errors import GadgetError
@@ -143,7 +142,7 @@ def build(config: Config) -> Daemon:
     max_body = config.server.max_body_bytes
     routes = [
         *HttpApi(catalog, max_body).routes(),
-        ws_route(ws),
+        *ws.routes(),
         *OpenApi(catalog).routes(),
         *McpEndpoint(catalog, max_body).routes(),
         *toollab.routes(),
@@ -163,16 +162,6 @@ def build(config: Config) -> Daemon:
     return Daemon(
         rt, backend, catalog, app, ws, ipc, Parts(recorder, stream, meter, announcer, tls)
     )
-
-
-def ws_route(ws: WsTransport) -> Route:
-    """The WebSocket tool protocol's upgrade, under the WS guard (the catalog decides per tool;
-    the handler reads its caller again and refuses one without a token itself)."""
-
-    async def upgrade(request: web.Request, caller: Caller) -> web.StreamResponse:
-        return await ws.handle(request)
-
-    return Route("GET", WS_PATH, upgrade, catalog("ws"))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from daemon.config import WsConfig
 from daemon.errors import ToolError
 from daemon.invocations import client_of
 from daemon.transports import ws_catalog
+from daemon.transports.routes import Route, catalog
 from daemon.transports.ws_codec import (
     BATCH,
     BATCH_RESULT,
@@ -186,8 +187,10 @@ class WsTransport:
         self.sessions: set[WsSession] = set()
         self._closing: set[asyncio.Task[None]] = set()
 
-    def routes(self) -> list[web.RouteDef]:
-        return [web.get(PATH, self.handle)]
+    def routes(self) -> list[Route]:
+        """The upgrade, under the WS guard: the wrapper reads the Caller once, the catalog
+        decides per tool, and the protocol refuses an upgrade without a token (handle)."""
+        return [Route("GET", PATH, self.handle, catalog("ws"))]
 
     def _token_rotated(self, session: WsSession) -> None:
         """The token that let this host in was rotated: its session takes nothing more and
@@ -205,10 +208,10 @@ class WsTransport:
             *(s.close(WSCloseCode.GOING_AWAY, "daemon stopping") for s in list(self.sessions))
         )
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        # A host's tools: the model-facing ones, other targets' listed as unavailable, text
-        # tools in the flattened-string form; the token (in the header) is required.
-        caller = self.auth.caller("ws", self.guard, request)
+    async def handle(self, request: web.Request, caller: Caller) -> web.StreamResponse:
+        """The upgrade, with the Caller the route wrapper read (daemon.transports.routes). A
+        host's tools: the model-facing ones, other targets' listed as unavailable, text tools
+        in the flattened-string form; the protocol needs the token (in the header)."""
         if not caller.authenticated:
             log.info("ws_refused", remote=request.remote, reason="no valid token")
             error = ToolError(

@@ -43,7 +43,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 
 
 def _tls_required(status: int, data: object) -> bool:
-    """The daemon's answer to plain HTTP on a TLS listener (daemon.tls.Gate)."""
+    """The daemon's answer to plain HTTP on a TLS listener (daemon.transports.tls_gate.Gate)."""
     error = data.get("error") if isinstance(data, dict) else None
     return status == 400 and isinstance(error, dict) and error.get("code") == "tls_required"
 

@@ -90,7 +90,7 @@ class Caller:
     def trusted(self) -> bool:
         """Whether this caller passed its connection's token rule: a valid token, or a
         connection that needs none (loopback, the local socket, in-process). What a trusted
-        caller ran is the audit trail proper (daemon/trace/store.py keeps it apart)."""
+        caller ran is the audit trail proper (daemon/trace/store/ keeps it apart)."""
         return self.authenticated or not self.token_required
 
     @property

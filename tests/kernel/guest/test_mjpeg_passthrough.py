@@ -1,10 +1,17 @@
 """A UVC-like MJPEG source through v4l2loopback: the capture serves the device's own JPEG bytes
 (passthrough), decoding nothing for a screenshot that needs no resize (guest only).
 
-vivid has no MJPEG; v4l2loopback carries any format a writer sets. The module is the one the
-desktop tier builds (tests/desktop/setup.py) into the kernel share: without it this test is
-skipped, saying so. The writer is this test: it sets MJPG on the loopback's output side and
-writes known JPEG frames, each a different picture, as a grabber's firmware would.
+vivid has no MJPEG; v4l2loopback carries any format a writer sets. The module is built into the
+kernel share by the tier's set-up (tests/kernel/setup.py); without it this test is skipped,
+saying so. The writer is this test: it sets MJPG on the loopback's output side and writes known
+JPEG frames, each a different picture, as a grabber's firmware would.
+
+Unlike a UVC grabber, v4l2loopback (0.12.7) sets every buffer's `bytesused` to the whole buffer
+(640x360x4 bytes) when a reader requests buffers, so a frame written before the capture opened
+comes back followed by the rest of its buffer, as a grabber that pads its frames would deliver
+it. The test starts that way on purpose, one frame written before the capture opens, so the
+capture must cut the JPEG out of its buffer (daemon/screen/jpeg.py) to serve it byte for byte;
+the frames streamed afterwards are also served as written.
 """
 
 from __future__ import annotations
@@ -50,7 +57,8 @@ def jpegs(count: int) -> list[bytes]:
 
 
 class MjpegWriter:
-    """The loopback's producer: MJPG frames written one per write(), round and round."""
+    """The loopback's producer: MJPG frames written one per write(), by hand or round and
+    round once started."""
 
     def __init__(self, frames: list[bytes]) -> None:
         self.frames = frames
@@ -64,18 +72,24 @@ class MjpegWriter:
         v4l2.ioctl(self.fd, v4l2.S_FMT, fmt)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def write(self, frame: bytes) -> None:
+        assert os.write(self.fd, frame) == len(frame)
+
+    def start(self) -> None:
         self.thread.start()
 
     def _run(self) -> None:
         i = 0
         while not self.stop.is_set():
-            os.write(self.fd, self.frames[i % len(self.frames)])
+            self.write(self.frames[i % len(self.frames)])
             i += 1
             self.stop.wait(1 / 15)
 
     def close(self) -> None:
         self.stop.set()
-        self.thread.join(5)
+        if self.thread.is_alive():
+            self.thread.join(5)
         os.close(self.fd)
 
 
@@ -83,7 +97,7 @@ class MjpegWriter:
 def writer() -> Iterator[MjpegWriter]:
     ko = loopback_module()
     if not ko.exists():
-        pytest.skip(f"{ko} is not built (the desktop tier's setup builds it: make desktop-test)")
+        pytest.skip(f"{ko} is not built (the kernel tier's setup builds it: make kernel-setup)")
     if not os.path.exists(NODE):
         subprocess.run(
             ["insmod", str(ko), "video_nr=20", "card_label=MJPEG grabber", "exclusive_caps=1"],
@@ -102,15 +116,20 @@ async def test_mjpeg_frames_are_served_as_the_devices_own_bytes(writer: MjpegWri
     config = CaptureConfig(
         device=NODE, width=WIDTH, height=HEIGHT, fps=15.0, fourcc="MJPG", idle_stop_s=5.0
     )
+    before = time.monotonic()
+    first = writer.frames[0]
+    writer.write(first)  # the only frame until the capture has served it (see the docstring)
     cap = V4L2Capture(config)
     try:
-        frame = await cap.frame(timeout=20 * SLOWNESS)
+        frame = await cap.frame(newer_than=before, timeout=20 * SLOWNESS)
         assert cap.capture_status()["path"] == "uvc"  # no DV timings: the OpenCV path
         assert frame.jpeg is not None, "the JPEG was decoded and dropped, not passed through"
-        assert frame.jpeg in writer.frames  # byte for byte what the source wrote
+        assert len(frame.jpeg) == len(first), "the JPEG was not cut out of its buffer"
+        assert frame.jpeg == first  # byte for byte what the source wrote
         assert frame.image.shape == (HEIGHT, WIDTH, 3)
         shot = encode(frame, fmt="jpeg", quality=80, max_width=None, scale=None)
         assert shot.data is frame.jpeg  # the screenshot is the device's JPEG, not a re-encode
+        writer.start()
         later = await cap.frame(newer_than=time.monotonic(), timeout=10 * SLOWNESS)
         assert later.jpeg in writer.frames and later.seq > frame.seq
     finally:

@@ -17,9 +17,11 @@ hand back the driver's buffer unconverted (cap_v4l.cpp's retrieveFrame skips imd
 copies the buffer's `bytesused` bytes; 4.x returns them as a 1xN array), so the reader keeps
 the device's own JPEG and decodes nothing. What the kernel tier saw with OpenCV 5.0 on vivid
 (which has no MJPEG): raw YUYV comes back unconverted, shaped H x W x 2. The reader takes the
-bytes whatever the array's shape and checks the JPEG start marker. With a real MJPEG source
-(v4l2loopback carrying MJPG, tests/kernel/guest/test_mjpeg_passthrough.py) the frames come back
-byte for byte as the source wrote them. A frame is decoded
+bytes whatever the array's shape and serves the JPEG they begin with, cut at its EOI
+(jpeg.py: `bytesused` can cover padding, or with v4l2loopback an older frame's tail); a buffer
+without a whole JPEG is a corrupt frame. With a real MJPEG source (v4l2loopback carrying MJPG,
+tests/kernel/guest/test_mjpeg_passthrough.py) the frames come back byte for byte as the source
+wrote them. A frame is decoded
 (full size, once per frame) only when someone asks for it, because Frame.image must be the
 full picture (cv2.IMREAD_REDUCED_8 would be 2-5x cheaper for the detector, see
 tests/bench/bench_screen.py, but Frame has no place for a reduced image); a screenshot that
@@ -62,6 +64,7 @@ from daemon.frames import Frame
 from daemon.screen import capture_dv
 from daemon.screen.capture_dv import REMEDIATION as SIGNAL_REMEDIATION
 from daemon.screen.capture_dv import SIGNAL_STATES, RawFrame, Route, Signal
+from daemon.screen.jpeg import jpeg_length
 
 if TYPE_CHECKING:
     from daemon.frames import Image
@@ -358,9 +361,12 @@ class V4L2Capture:
             if self._decoded is not None and self._decoded.seq == raw.seq:
                 return self._decoded
             assert raw.jpeg is not None
+            # The JPEG alone: a buffer may carry padding or an older frame's tail after it.
+            length = jpeg_length(raw.jpeg)
+            jpeg = raw.jpeg if length in (None, len(raw.jpeg)) else raw.jpeg[:length]
             image = None
-            if raw.jpeg[:2] == b"\xff\xd8":  # SOI: OpenCV did hand us a JPEG
-                image = cv2.imdecode(np.frombuffer(raw.jpeg, np.uint8), cv2.IMREAD_COLOR)
+            if length is not None:  # a whole JPEG (a truncated one would decode half grey)
+                image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
             if image is None:
                 raise unavailable("the device sent a corrupt JPEG", "corrupt", self.config.device)
             frame = Frame(
@@ -368,7 +374,7 @@ class V4L2Capture:
                 raw.seq,
                 raw.captured_at,
                 raw.captured_at_utc,
-                jpeg=raw.jpeg,
+                jpeg=jpeg,
             )
             self._decoded = frame
             return frame

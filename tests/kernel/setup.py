@@ -1,4 +1,5 @@
-"""Kernel-tier setup: Debian's kernel unpacked into a cache, and an initramfs built around it.
+"""Kernel-tier setup: Debian's kernel unpacked into a cache, an initramfs built around it, and
+the v4l2loopback module built for that kernel.
 
 Run as `python tests/kernel/setup.py` (make kernel-setup); `run.py` calls `ensure()` itself.
 Everything lands in ~/.cache/fingertip/kernel/<kernel version>/ (outside the clone, so a fresh
@@ -25,6 +26,13 @@ CACHE = Path(os.environ.get("FINGERTIP_KERNEL_CACHE", Path.home() / ".cache/fing
 # Debian packages the tier needs on this machine (iproute2 and busybox also serve the guest,
 # which runs this machine's root read-only).
 APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod", "cpio", "iproute2")
+
+# v4l2loopback, the kernel tier's MJPEG grabber (tests/kernel/guest/test_mjpeg_passthrough.py) and
+# the desktop tier's screen: built from Debian's dkms source package (downloaded and unpacked,
+# never installed, so dkms builds nothing for this machine's kernel) against the guest kernel's
+# headers, into the unpacked kernel's own module tree, so it lives and dies with that kernel.
+LOOPBACK_SOURCE = "v4l2loopback-dkms"
+LOOPBACK_MODULE = "v4l2loopback.ko"
 
 # Loaded in this order (with their dependencies first). hid_multitouch gives the touchscreen
 # its MT slots; hid-generic would bind it as a plain digitizer.
@@ -193,6 +201,49 @@ def ensure_kernel(pkg: str) -> tuple[str, Path]:
     return kver, root
 
 
+def loopback_path(root: Path, kver: str) -> Path:
+    """Where the guest finds the loopback module (under the kernel share it mounts)."""
+    return root / "lib/modules" / kver / "extra" / LOOPBACK_MODULE
+
+
+def build_loopback(kver: str, dest: Path) -> None:
+    """Build v4l2loopback from Debian's dkms source package against `kver`'s headers."""
+    headers = Path(f"/usr/src/linux-headers-{kver}")
+    if not headers.is_dir():
+        raise RuntimeError(f"no kernel headers at {headers} (linux-headers-{kver})")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        try:
+            _run("apt-get", "download", "-qq", LOOPBACK_SOURCE, cwd=work)
+        except RuntimeError:
+            _apt_update()
+            _run("apt-get", "download", "-qq", LOOPBACK_SOURCE, cwd=work)
+        (deb,) = work.glob("*.deb")
+        _run("dpkg", "-x", str(deb), str(work / "x"))
+        (src,) = (work / "x/usr/src").glob("v4l2loopback-*")
+        _say(f"building {src.name} for {kver}")
+        _run("make", "-C", str(headers), f"M={src}", "modules")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp_dest = dest.with_suffix(".tmp")
+        shutil.copy2(src / LOOPBACK_MODULE, tmp_dest)
+        tmp_dest.rename(dest)
+
+
+def ensure_loopback(root: Path, kver: str) -> None:
+    """The loopback module for `kver`, built once (the headers only then: gcc comes with them).
+    Under CI=true a failure fails the set-up; elsewhere the MJPEG test skips, saying why."""
+    dest = loopback_path(root, kver)
+    if dest.exists():
+        return
+    try:
+        ensure_packages((f"linux-headers-{kver}",))
+        build_loopback(kver, dest)
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        _say(f"WARNING: v4l2loopback not built, the MJPEG passthrough test will skip: {e}")
+
+
 def recipe_hash() -> str:
     """Changes whenever this file or the /init script changes, so the initramfs is rebuilt."""
     h = hashlib.sha256()
@@ -269,6 +320,7 @@ def _ensure_locked() -> Artifacts:
         kver = cached[-1].parent.name
         root = cached[-1].parent / "root"
         _say(f"WARNING: cannot fetch the current kernel ({e}); using cached {kver}")
+    ensure_loopback(root, kver)
     kernel = root / "boot" / f"vmlinuz-{kver}"
     initrd = CACHE / kver / f"initramfs-{recipe_hash()}.cpio"
     if not initrd.exists():

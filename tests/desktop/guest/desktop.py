@@ -570,11 +570,13 @@ class Fingertip:
                 # The worker stays for the daemon's life (by default it exits 20 s after a
                 # read): its start costs 60-90 s here, and the text and clear scenarios read
                 # minutes apart. Its exit is the board VM tier's to check. OCR is on only for
-                # the layouts in OCR_LAYOUTS (time: see there).
+                # the layouts in OCR_LAYOUTS (time: see there). Two onnxruntime threads: the
+                # guest has two vCPUs, and while a text tool reads, the desktop is still.
                 "ocr": {
                     "enabled": self.layout in OCR_LAYOUTS,
                     "read_timeout_s": OCR_READ_TIMEOUT_S,
                     "idle_exit_s": 3600.0,
+                    "threads": 2,
                 },
                 "log": {"format": "json", "level": "info"},
                 # X binds a touchscreen across its own screen, not across the frame its

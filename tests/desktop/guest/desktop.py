@@ -336,7 +336,11 @@ class Feeder:
     Why not one ffmpeg: v4l2loopback 0.12.7 with exclusive_caps=1 loses its capture side for
     good once its writer closes while a reader (the daemon) holds it, so a new screen size
     (a new grab size) may restart the grabber only. The pump drops a frame the old grabber
-    left cut short, so the writer's frames stay aligned."""
+    left cut short, so the writer's frames stay aligned. Both pass frames through as they come
+    (`-fps_mode passthrough`): by default ffmpeg keeps a constant rate by duplicating frames
+    whenever its consumer is late, and under TCG that fed on itself (measured with a consumer
+    at 4 fps: 54 of 60 frames duplicates, the picture 6 s behind after 12 s, and falling
+    further), so the daemon saw the screen of minutes before."""
 
     FRAME_BYTES = FRAME_W * FRAME_H * 3  # rgb24
 
@@ -351,7 +355,7 @@ class Feeder:
             "ffmpeg", "-hide_banner", "-loglevel", "warning", "-nostdin",
             "-f", "rawvideo", "-pix_fmt", FFMPEG_PIX_FMT, "-video_size", f"{FRAME_W}x{FRAME_H}",
             "-framerate", str(FEED_FPS), "-i", "pipe:0",
-            "-f", "v4l2", LOOPBACK,
+            "-fps_mode", "passthrough", "-f", "v4l2", LOOPBACK,
         )  # fmt: skip
         self.grab()
         # The capture side shows up once the writer set the format (exclusive_caps).
@@ -379,7 +383,7 @@ class Feeder:
             "-f", "x11grab", "-draw_mouse", "1", "-framerate", str(FEED_FPS),
             "-video_size", f"{width}x{height}", "-i", DISPLAY,
             "-vf", f"scale={w}:{h}:flags=bilinear,pad={FRAME_W}:{FRAME_H}:{x}:{y}:black",
-            "-pix_fmt", FFMPEG_PIX_FMT, "-f", "rawvideo", "pipe:1",
+            "-pix_fmt", FFMPEG_PIX_FMT, "-fps_mode", "passthrough", "-f", "rawvideo", "pipe:1",
         )  # fmt: skip
         self.pump = threading.Thread(target=self._pump, args=(self.grabber,), daemon=True)
         self.pump.start()

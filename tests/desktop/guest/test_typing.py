@@ -13,7 +13,6 @@ from desktop import OCR_LAYOUTS, TEXT_TIMEOUT_S, Fingertip, centre, evidence, no
 
 # Issue 49 is open: these scenarios are new in this round and have not yet been seen passing in
 # a whole desktop run of the merged tree.
-UNPROVEN = "issue 49, open: not yet seen passing in a whole desktop run of the merged tree"
 
 SENTENCES = {
     "us": "The quick brown fox jumps over the lazy dog. 0123456789 "
@@ -86,7 +85,6 @@ def test_caps_lock_on_is_typed_around_and_left_on(
     assert after.output["caps_lock"] == "off", after.output
 
 
-@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layout: str) -> None:
     name = normalized(*centre(desk.app.state()["rects"]["name"]))
     ft.ok("enter_text", {"point": name, "text": "Old value"})

@@ -119,7 +119,7 @@ def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
         desktop.stop_all()
         for name, value in desktop.FIGURES.items():
             record_testsuite_property(name, value)
-        for name in ("Xorg.log", "ffmpeg.out", "ffmpeg-writer.out", "app.out", "xorg.out"):
+        for name in ("Xorg.log", "ffmpeg.out", "app.out", "xorg.out"):
             if (desktop.SCRATCH / name).exists():
                 shutil.copy(desktop.SCRATCH / name, desktop.WORK / name)
 

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -329,37 +328,25 @@ def fitted(width: int, height: int) -> tuple[int, int, int, int]:
 
 
 class Feeder:
-    """The desktop's "HDMI output": X's screen scaled to fit a FRAME_W x FRAME_H frame of black
-    bars, the pointer drawn in, as a real display shows it. Two ffmpegs and a pump between
-    them: a grabber (x11grab, scale, pad) writes raw frames to its stdout, the pump hands each
-    whole frame to a writer that holds the loopback device for the whole session.
-    Why not one ffmpeg: v4l2loopback 0.12.7 with exclusive_caps=1 loses its capture side for
-    good once its writer closes while a reader (the daemon) holds it, so a new screen size
-    (a new grab size) may restart the grabber only. The pump drops a frame the old grabber
-    left cut short, so the writer's frames stay aligned. Both pass frames through as they come
-    (`-fps_mode passthrough`): by default ffmpeg keeps a constant rate by duplicating frames
-    whenever its consumer is late, and under TCG that fed on itself (measured with a consumer
-    at 4 fps: 54 of 60 frames duplicates, the picture 6 s behind after 12 s, and falling
-    further), so the daemon saw the screen of minutes before."""
-
-    FRAME_BYTES = FRAME_W * FRAME_H * 3  # rgb24
+    """The desktop's "HDMI output": ffmpeg copying X's screen into the loopback device, scaled
+    to fit a FRAME_W x FRAME_H frame of black bars (fitted()), the pointer drawn in, as a real
+    display shows it. It passes frames through as they come (`-fps_mode passthrough`): by
+    default ffmpeg keeps a constant rate by duplicating frames whenever its writes are late, and
+    under TCG that fed on itself (measured with a consumer at 4 fps: 54 of 60 frames duplicates,
+    the picture 6 s behind after 12 s and falling further behind).
+    A new screen size (resize) restarts ffmpeg with a new grab size. v4l2loopback forgets its
+    format, and with exclusive_caps=1 its capture side, once every opener has closed it (the
+    daemon closes its capture when idle): its keep_format control, set once the first writer
+    gave the format, keeps both across the restart. The frame's size never changes."""
 
     def __init__(self) -> None:
-        self.writer: subprocess.Popen[bytes] | None = None
         self.grabber: subprocess.Popen[bytes] | None = None
-        self.pump: threading.Thread | None = None
 
     def start(self) -> None:
-        self.writer = _piped(
-            "ffmpeg-writer", subprocess.PIPE, None,
-            "ffmpeg", "-hide_banner", "-loglevel", "warning", "-nostdin",
-            "-f", "rawvideo", "-pix_fmt", FFMPEG_PIX_FMT, "-video_size", f"{FRAME_W}x{FRAME_H}",
-            "-framerate", str(FEED_FPS), "-i", "pipe:0",
-            "-fps_mode", "passthrough", "-f", "v4l2", LOOPBACK,
-        )  # fmt: skip
         self.grab()
         # The capture side shows up once the writer set the format (exclusive_caps).
         until(lambda: "Video Capture" in _caps(), "the loopback device's capture side", 60)
+        sh("v4l2-ctl", "-d", LOOPBACK, "-c", "keep_format=1")
 
     def resize(self, width: int, height: int) -> None:
         """X's screen to width x height (xrandr, as a desktop's display settings do), and the
@@ -373,46 +360,16 @@ class Feeder:
         if self.grabber is not None:
             stop(self.grabber)
             _started.remove(self.grabber)
-        if self.pump is not None:
-            self.pump.join(30)
         width, height = screen_size
         x, y, w, h = fitted(width, height)
-        self.grabber = _piped(
-            "ffmpeg", subprocess.DEVNULL, subprocess.PIPE,
+        self.grabber = spawn(
+            "ffmpeg",
             "ffmpeg", "-hide_banner", "-loglevel", "warning", "-nostdin",
             "-f", "x11grab", "-draw_mouse", "1", "-framerate", str(FEED_FPS),
             "-video_size", f"{width}x{height}", "-i", DISPLAY,
             "-vf", f"scale={w}:{h}:flags=bilinear,pad={FRAME_W}:{FRAME_H}:{x}:{y}:black",
-            "-pix_fmt", FFMPEG_PIX_FMT, "-fps_mode", "passthrough", "-f", "rawvideo", "pipe:1",
+            "-pix_fmt", FFMPEG_PIX_FMT, "-fps_mode", "passthrough", "-f", "v4l2", LOOPBACK,
         )  # fmt: skip
-        self.pump = threading.Thread(target=self._pump, args=(self.grabber,), daemon=True)
-        self.pump.start()
-
-    def _pump(self, grabber: subprocess.Popen[bytes]) -> None:
-        assert grabber.stdout is not None and self.writer is not None
-        sink = self.writer.stdin
-        assert sink is not None
-        while len(frame := grabber.stdout.read(self.FRAME_BYTES)) == self.FRAME_BYTES:
-            try:
-                sink.write(frame)
-                sink.flush()
-            except (BrokenPipeError, ValueError):  # the writer is gone: the session ends
-                return
-
-
-def _piped(name: str, stdin: int, stdout: int | None, *cmd: str) -> subprocess.Popen[bytes]:
-    """spawn() with a pipe on stdin or stdout; stderr (and stdout when not piped) goes to
-    SCRATCH/<name>.out."""
-    out = (SCRATCH / f"{name}.out").open("ab")
-    proc = subprocess.Popen(
-        cmd,
-        stdin=stdin,
-        stdout=out if stdout is None else stdout,
-        stderr=out,
-        start_new_session=True,
-    )
-    _started.append(proc)
-    return proc
 
 
 def _caps() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from daemon.frames import FrameSource
+from daemon.usb import UsbLink
 from gadget import reports
 
 ROLES = ("keyboard", "consumer", "pointer")
@@ -44,11 +45,13 @@ class ProfileControl(Protocol):
 
 
 class Backend(Protocol):
-    """One backend: HID output, profile control and frames together."""
+    """One backend: HID output, profile control and frames together, and the USB link's
+    state (suspended while the target sleeps)."""
 
     hid: HidOutput
     profiles: ProfileControl
     frames: FrameSource
+    link: UsbLink
 
     async def start(self) -> bool:
         """Bring the backend up. True when the target may still hold keys, buttons or contacts

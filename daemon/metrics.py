@@ -41,8 +41,10 @@ from daemon.catalog import Guard, Invocation
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
 from daemon.transports.responses import error_response
+from daemon.usb import UsbLink
 from gadget import reports
 from gadget.errors import GadgetError
+from gadget.usbstate import STATES
 
 # No *_created series: one more line per label set for a timestamp nobody graphs.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -159,6 +161,20 @@ class Metrics:
         self.last_frame_at = max(self.last_frame_at or 0.0, frame.captured_at)
         self.frame_age.observe(max(0.0, time.monotonic() - frame.captured_at))
 
+    def watch_usb(self, link: UsbLink) -> None:
+        """The USB link's state and whether the target can be woken, read at scrape time;
+        its changes counted as they happen."""
+        changes = Counter(
+            "fingertip_usb_state_changes",
+            "USB state changes by the state entered (suspended: the target fell asleep)",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in STATES:
+            changes.labels(state)
+        link.listeners.append(lambda old, new, raw: changes.labels(new).inc())
+        self.registry.register(_Usb(link))
+
     def watch_connections(self, counts: Mapping[str, Callable[[], int]]) -> None:
         """Open connections per transport, read at scrape time."""
         self.registry.register(_Live(self, counts))
@@ -206,6 +222,29 @@ class _Live(Collector):
         if last is not None:
             age.add_metric([], max(0.0, time.monotonic() - last))
         yield age
+
+
+class _Usb(Collector):
+    """The USB link's state (1 for the current one) and whether remote wakeup is possible."""
+
+    def __init__(self, link: UsbLink) -> None:
+        self.link = link
+
+    def collect(self) -> Iterable[Metric]:
+        state = GaugeMetricFamily(
+            "fingertip_usb_state",
+            "The USB link's state: 1 for the current one (not_attached, attached, configured, "
+            "suspended)",
+            labels=["state"],
+        )
+        for name in STATES:
+            state.add_metric([name], 1.0 if self.link.state == name else 0.0)
+        yield state
+        yield GaugeMetricFamily(
+            "fingertip_usb_can_wake",
+            "1 when wake_target can wake a sleeping target (remote wakeup advertised)",
+            value=1.0 if self.link.can_wake else 0.0,
+        )
 
 
 # -- the counting wrappers around the backend's parts -------------------------------------------

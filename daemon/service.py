@@ -78,12 +78,15 @@ def build(config: Config) -> Daemon:
         config,
         backend,
         screen=Screen(backend.frames, config.capture),
-        engine=InputEngine(backend.hid, backend.profiles, config.input, config.platform),
+        engine=InputEngine(
+            backend.hid, backend.profiles, config.input, config.platform, backend.link
+        ),
         shell=ShellService(config),
         ocr=Ocr(config.ocr),
         auth=auth,
     )
     rt.status["ocr"] = rt.ocr.status
+    rt.status["usb"] = backend.link.status  # health_check: the USB state, whether it can wake
     catalog = build_catalog(rt)
     catalog.observers.append(meter.observe_invocation)
     meter.known_tools(t.name for t in catalog.tools(Guard.preset("full-access")))
@@ -111,6 +114,8 @@ def build(config: Config) -> Daemon:
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
     rt.status["trace"] = recorder.status
+    backend.link.listeners.append(recorder.usb_changed)  # each USB state change, recorded
+    meter.watch_usb(backend.link)
     trace_api = TraceApi(
         recorder, catalog, auth, http_guard, rt.screen, config.server.send_timeout_s
     )

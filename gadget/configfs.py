@@ -165,6 +165,10 @@ class Gadget:
             raise ConfigfsError(f"no state for UDC {udc!r} under {self._udc_class}")
         return _text(raw).strip()
 
+    def udc_state_path(self) -> Path:
+        """The sysfs state attribute of the UDC the gadget binds to."""
+        return self._udc_class / (self.bound_udc() or self.find_udc()) / "state"
+
     def bind(self) -> None:
         """Bind to the UDC, recreating the config's links first (kvmd saw functions stop
         working after unbind+bind otherwise)."""
@@ -334,6 +338,7 @@ class Gadget:
             (strings / "product", ident.product.encode(), False),
             (strings / "serialnumber", ident.serial.encode(), False),
             (self._config / "MaxPower", str(profile.max_power).encode(), False),
+            (self._config / "bmAttributes", f"0x{profile.bm_attributes:02x}".encode(), False),
             (
                 self._config / "strings" / LANG / "configuration",
                 profile.config_label.encode(),

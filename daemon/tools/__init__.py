@@ -8,7 +8,7 @@ from daemon.runtime import Runtime
 
 
 def build_catalog(rt: Runtime) -> Catalog:
-    from daemon.tools import input, screen, shell, system, text
+    from daemon.tools import input, screen, shell, system, text, usb
 
     cfg = rt.config.server
     catalog = Catalog(
@@ -17,7 +17,7 @@ def build_catalog(rt: Runtime) -> Catalog:
         hid_timeout_s=cfg.hid_timeout_s,
         max_pending_hid=cfg.max_pending_hid,
     )
-    for module in (system, shell, screen, input, text):
+    for module in (system, shell, screen, input, usb, text):
         for spec in module.tools(rt):
             catalog.register(spec)
     return catalog

@@ -69,7 +69,9 @@ def health_tool(rt: Runtime) -> ToolSpec:
         description="Report that the daemon is up: version, uptime, target type, backend, live "
         "USB profile, run state, whether screen capture is available, and the keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
-        "its last LED report set them (null before its first), the live stream's viewers, "
+        "its last LED report set them (null before its first), the USB link (usb.state: "
+        "not_attached, attached, configured or suspended while the target sleeps; "
+        "usb.can_wake: whether wake_target can wake it, and why), the live stream's viewers, "
         "delivered fps and dropped frames, on-device OCR (on or off, its worker process "
         "running or stopped, its last failure), and the security posture: each listener and "
         "whether it has TLS, the certificate's fingerprint, where the token is required, each "
@@ -92,6 +94,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "usb": {"type": "object"},
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},

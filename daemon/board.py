@@ -277,15 +277,18 @@ class BoardBackend:
         self.link.listeners.append(self._state_changed)
         if udc is not None:
             loop = asyncio.get_running_loop()
-            path = settings.sysfs_root / "class" / "udc" / udc / "state"
-            # The state now, before start returns; the watcher then reports only changes.
-            self.link.set(await asyncio.to_thread(usbstate.read_state, path))
+            udc_dir = settings.sysfs_root / "class" / "udc" / udc
+            # The state now, before start returns; the watcher then reports only changes. An
+            # input call re-reads it too (two small sysfs reads): a sleep that began since the
+            # watcher's last look is refused, not written into the gadget.
+            self.link.refresh = lambda: self.link.set(usbstate.read_state(udc_dir))
+            self.link.refresh()
 
             def changed(raw: str) -> None:  # from the watcher's thread
                 loop.call_soon_threadsafe(self.link.set, raw)
 
             self._watcher = usbstate.StateWatcher(
-                path, changed, interval=settings.state_poll_interval
+                udc_dir, changed, interval=settings.state_poll_interval
             )
             self._watcher.start()
         log.info("board.usb", udc=udc, driver=driver, remote_wakeup=can_wake, why=why)

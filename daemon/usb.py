@@ -66,6 +66,8 @@ class UsbLink:
         self.changed_at = time.time()
         self.changes = 0
         self.listeners: list[Listener] = []
+        # Reads the state now (a board: its UDC's sysfs); the watcher's reports come between.
+        self.refresh: Callable[[], None] = lambda: None
         self.suspended = asyncio.Event()  # set while the state is `suspended`
         self._changed = asyncio.Event()
         if self.state == "suspended":

@@ -135,8 +135,9 @@ class GadgetSettings:
     remote_wakeup: str = _key(
         "auto", {"enum": ["auto", "on", "off"]}, "one of auto, on (patched kernels), off"
     )
-    # How often the UDC state is re-read where its sysfs change notification is missing.
-    state_poll_interval: float = _seconds(1.0, 0.01, 60)
+    # How often the UDC's state and is_selfpowered are re-read (gadget.usbstate: a suspend
+    # shows only in is_selfpowered on most UDCs, and that attribute is not notified).
+    state_poll_interval: float = _seconds(0.1, 0.01, 60)
 
     def __post_init__(self) -> None:
         # Invariants across keys; single-key checks live in the schema.

@@ -7,6 +7,13 @@ and suspended (the target sleeps or autosuspended us). The UDC core calls sysfs_
 watcher also re-reads every `interval` seconds, for a file that never notifies (a plain file
 in tests, an old kernel). No busy polling either way.
 
+Many UDC drivers never set `suspended` (composite_suspend() does not; dummy_hcd and dwc3 in
+6.1 leave `configured`), but composite_suspend() does mark the gadget self-powered (it may draw
+only 2 mA) and composite_resume() clears that again for a configuration that draws more than
+100 mA (ours draws max_power, 250 by default). So a bus-powered gadget that reads `configured`
+with `is_selfpowered` 1 is suspended: `link_state` reports that as `suspended`. That attribute
+is not notified, hence the watcher's interval re-read (0.1 s by default, two small reads).
+
 Remote wakeup: writing "1" to /sys/class/udc/<udc>/srp calls usb_gadget_wakeup(). The UDC core
 ignores its result, so whether the UDC can wake at all is decided from its driver: dwc3 (the
 RV1106) and dummy_hcd implement the operation; the Raspberry Pi's stock dwc2 does not.
@@ -79,13 +86,29 @@ def wake_capability(driver: str | None, setting: str) -> tuple[bool, str]:
     )
 
 
-def read_state(path: Path) -> str:
-    """The raw state string, "not attached" when the attribute is gone (UDC removed)."""
+def _read(path: Path) -> str | None:
     try:
         with open(path, "rb") as f:
             return f.read().decode(errors="replace").strip()
     except OSError:
+        return None
+
+
+def link_state(state: str, selfpowered: str | None) -> str:
+    """The UDC's state as the link is: `configured` with is_selfpowered 1 is a suspended
+    bus-powered gadget (see the module's docstring)."""
+    if state == "configured" and selfpowered == "1":
+        return "suspended"
+    return state
+
+
+def read_state(udc_dir: Path) -> str:
+    """The link state of the UDC at `udc_dir` (link_state), "not attached" when the UDC is
+    gone."""
+    state = _read(udc_dir / "state")
+    if state is None:
         return "not attached"
+    return link_state(state, _read(udc_dir / "is_selfpowered"))
 
 
 def request_wakeup(sysfs_root: Path, udc: str) -> None:
@@ -108,13 +131,14 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 class StateWatcher:
-    """Follows one UDC's state in a thread of its own; `on_change(raw)` is called (from that
-    thread) with the first state and with each different one after it."""
+    """Follows one UDC's link state (read_state) in a thread of its own; `on_change(raw)` is
+    called (from that thread) with the first state and with each different one after it."""
 
     def __init__(
-        self, path: Path, on_change: Callable[[str], None], *, interval: float = 1.0
+        self, udc_dir: Path, on_change: Callable[[str], None], *, interval: float = 0.1
     ) -> None:
-        self.path = path
+        self.udc_dir = udc_dir
+        self.path = udc_dir / "state"
         self.on_change = on_change
         self.interval = interval
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -153,7 +177,8 @@ class StateWatcher:
                     continue
                 if fd is not None:
                     try:  # a sysfs attribute is re-read from offset 0; that also re-arms POLLPRI
-                        raw = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                        state = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                        raw = link_state(state, _read(self.udc_dir / "is_selfpowered"))
                     except OSError:
                         poller.unregister(fd)
                         os.close(fd)

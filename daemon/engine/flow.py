@@ -333,6 +333,7 @@ class InputEngine:
         return work.result()
 
     def _check_awake(self, tool: str, asleep_ok: bool) -> None:
+        self.link.refresh()
         if self.link.state == "suspended" and not (asleep_ok or self.cfg.wake_first):
             raise suspended_error(tool)
 

@@ -87,9 +87,24 @@ def test_udc_driver_and_wakeup_request_in_a_sysfs_tree(tmp_path: Path) -> None:
     assert (udc / "srp").read_bytes() == b"1"
 
 
+def test_a_configured_gadget_marked_self_powered_is_suspended(tmp_path: Path) -> None:
+    """composite_suspend() marks the gadget self-powered; most UDCs leave `configured`."""
+    assert usbstate.link_state("configured", "1") == "suspended"
+    assert usbstate.link_state("configured", "0") == "configured"
+    assert usbstate.link_state("configured", None) == "configured"  # no such attribute
+    assert usbstate.link_state("suspended", "0") == "suspended"  # a UDC that says it
+    assert usbstate.link_state("addressed", "1") == "addressed"
+    (tmp_path / "state").write_text("configured\n")
+    (tmp_path / "is_selfpowered").write_text("1\n")
+    assert usbstate.read_state(tmp_path) == "suspended"
+    assert usbstate.read_state(tmp_path / "gone") == "not attached"
+
+
 def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.write_text("configured\n")
+    powered = tmp_path / "is_selfpowered"
+    powered.write_text("0\n")
     seen: list[str] = []
     got = threading.Condition()
 
@@ -99,14 +114,17 @@ def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> No
             got.notify_all()
 
     # A plain file never notifies: the interval re-read is what sees its change here.
-    watcher = usbstate.StateWatcher(state, changed, interval=0.02)
+    watcher = usbstate.StateWatcher(tmp_path, changed, interval=0.02)
     watcher.start()
     try:
         with got:
             assert got.wait_for(lambda: seen == ["configured"], timeout=5)
-        state.write_text("suspended\n")
+        powered.write_text("1\n")  # suspended, as dummy_hcd and dwc3 show it
         with got:
             assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
+        powered.write_text("0\n")
+        with got:
+            assert got.wait_for(lambda: seen[-1] == "configured", timeout=5)
         state.unlink()  # the UDC went away
         with got:
             assert got.wait_for(lambda: seen[-1] == "not attached", timeout=5)
@@ -114,7 +132,7 @@ def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> No
         t0 = time.monotonic()
         watcher.stop()
         assert time.monotonic() - t0 < 1  # the stop pipe wakes it, not its interval
-    assert seen == ["configured", "suspended", "not attached"]
+    assert seen == ["configured", "suspended", "configured", "not attached"]
 
 
 # --- the link and the wake -----------------------------------------------------------------------

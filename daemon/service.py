@@ -123,7 +123,7 @@ def build(config: Config) -> Daemon:
     # The live view: one shared MJPEG feed per (fps, quality, width); health_check reports it.
     stream = StreamHub(backend.frames, config.stream, config.capture.no_frame_timeout_s)
     rt.status["stream"] = stream.metrics
-    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard))
+    app.add_routes(stream_routes(stream, auth, catalog.running, http_guard, backend.link.status))
     if config.backend.kind == "simulated":
         from daemon.sim.backend import SimulatedBackend
         from daemon.transports.sim_control import routes as sim_routes

@@ -326,7 +326,11 @@ async function pollDriving() {
     if (!document.hidden) {
       try {
         const resp = await fetch("/api/live", { headers: authHeaders(), cache: "no-store" });
-        if (resp.ok) showDriving((await resp.json()).running);
+        if (resp.ok) {
+          const live = await resp.json();
+          showDriving(live.running);
+          showUsb(live.usb);
+        }
       } catch { /* the daemon is restarting: try again */ }
     }
     await delay(LIVE_POLL_MS);
@@ -341,6 +345,20 @@ function showDriving(running) {
   badge.textContent = others.length
     ? `driving: ${others.map((r) => `${r.tool} (${r.transport} ${r.caller})`).join(", ")}`
     : "";
+}
+
+// The target's USB link when it is not simply configured: a sleeping target gets no input.
+const USB_WORDS = {
+  suspended: "target asleep (USB suspended): input is refused; wake_target wakes it",
+  attached: "target enumerating the USB device",
+  not_attached: "target not connected",
+};
+
+function showUsb(usb) {
+  const badge = $("usb-state");
+  const words = usb ? USB_WORDS[usb.state] : undefined;
+  badge.hidden = !words;
+  badge.textContent = words || "";
 }
 
 function startTakeover() {

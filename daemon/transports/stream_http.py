@@ -13,6 +13,8 @@ daemon.wire.DATA_STATUS.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -24,8 +26,15 @@ from daemon.screen.stream import Params, StreamHub, parse_params
 from daemon.transports.responses import data_error
 
 
-def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[web.RouteDef]:
-    """GET /api/stream, /api/snapshot and /api/live (viewers and the running invocations)."""
+def routes(
+    hub: StreamHub,
+    auth: Auth,
+    running: Running,
+    guard: Guard,
+    usb: Callable[[], dict[str, Any]] | None = None,
+) -> list[web.RouteDef]:
+    """GET /api/stream, /api/snapshot and /api/live (viewers, the running invocations and the
+    USB link's state: the Tool Lab shows a sleeping target)."""
 
     def admit(request: web.Request, what: str) -> tuple[Params, str]:
         caller = auth.caller("http", guard, request, query_token=True)
@@ -67,7 +76,10 @@ def routes(hub: StreamHub, auth: Auth, running: Running, guard: Guard) -> list[w
             auth.caller("http", guard, request).admit("live")
         except ToolError as exc:
             return data_error(exc)
-        return web.json_response({"stream": hub.metrics(), "running": running.snapshot()})
+        body = {"stream": hub.metrics(), "running": running.snapshot()}
+        if usb is not None:
+            body["usb"] = usb()
+        return web.json_response(body)
 
     return [
         web.get("/api/stream", stream),

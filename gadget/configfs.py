@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from gadget import usbstate
 from gadget.errors import ConfigfsError
 from gadget.profiles import ROLE_OF_INSTANCE, Profile, parse_label
 from gadget.settings import GadgetSettings
@@ -298,8 +299,9 @@ class Gadget:
             identity = {k: _text(self.ops.read(p) or b"").strip() for k, p in fields.items()}
         try:
             state: str | None = self.udc_state()
+            link: str | None = usbstate.normalize(usbstate.read_state(self.udc_state_path().parent))
         except ConfigfsError:
-            state = None
+            state = link = None
         return {
             "gadget": str(self.path),
             "exists": exists,
@@ -310,6 +312,7 @@ class Gadget:
             ],
             "udc": self.bound_udc(),
             "state": state,
+            "link": link,  # not_attached, attached, configured or suspended (gadget.usbstate)
             "device_nodes": {role: str(p) for role, p in self.device_nodes().items()},
         }
 

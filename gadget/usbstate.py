@@ -7,12 +7,14 @@ and suspended (the target sleeps or autosuspended us). The UDC core calls sysfs_
 watcher also re-reads every `interval` seconds, for a file that never notifies (a plain file
 in tests, an old kernel). No busy polling either way.
 
-Many UDC drivers never set `suspended` (composite_suspend() does not; dummy_hcd and dwc3 in
-6.1 leave `configured`), but composite_suspend() does mark the gadget self-powered (it may draw
-only 2 mA) and composite_resume() clears that again for a configuration that draws more than
-100 mA (ours draws max_power, 250 by default). So a bus-powered gadget that reads `configured`
-with `is_selfpowered` 1 is suspended: `link_state` reports that as `suspended`. That attribute
-is not notified, hence the watcher's interval re-read (0.1 s by default, two small reads).
+Many UDC drivers never set `suspended` (the composite layer does not; only some UDC drivers
+do). Kernels whose composite_suspend() marks the gadget self-powered (it may then draw only
+2 mA; composite_resume() clears that again for a configuration drawing more than 100 mA, ours
+draws max_power, 250 by default) show a suspend there: a bus-powered gadget that reads
+`configured` with `is_selfpowered` 1 is taken as suspended (`link_state`). That attribute is
+not notified, hence the watcher's interval re-read (0.1 s by default, two small reads).
+Debian's 6.1 dummy_hcd shows neither (measured in the kernel VM: the host's device
+runtime-suspended, the UDC `configured`, is_selfpowered 0): there a sleep is not seen.
 
 Remote wakeup: writing "1" to /sys/class/udc/<udc>/srp calls usb_gadget_wakeup(). The UDC core
 ignores its result, so whether the UDC can wake at all is decided from its driver: dwc3 (the

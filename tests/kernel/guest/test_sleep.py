@@ -28,7 +28,8 @@ from daemon.errors import ToolError
 from gadget.keymap import text_strokes
 from gadget.profiles import build_profile
 
-SUSPEND_TIMEOUT = 20.0 * SLOWNESS
+SUSPEND_TIMEOUT = 5.0 * SLOWNESS  # Linux suspends an idle device 50 ms after it is allowed
+UDC = Path("/sys/class/udc/dummy_udc.0")
 
 
 @dataclass
@@ -57,14 +58,25 @@ class Rig:
         """The host wakes the device itself (as a PC resuming from standby would)."""
         (self.usb.sysfs / "power" / "control").write_text("on")
 
+    def seen(self) -> str:
+        """Both sides, for a failure message."""
+        udc = {n: (UDC / n).read_text().strip() for n in ("state", "is_selfpowered")}
+        host = (self.usb.sysfs / "power" / "runtime_status").read_text().strip()
+        return f"link {self.engine.link.raw!r}, UDC {udc}, host runtime_status {host!r}"
+
     async def suspended(self) -> None:
-        assert await self.engine.link.wait_for(("suspended",), SUSPEND_TIMEOUT), (
-            f"the UDC did not report suspended (USB state {self.engine.link.raw!r})"
-        )
+        """Until the UDC shows the suspend. Debian's 6.1 dummy_hcd does not show it at all
+        (measured: the host's device runtime-suspended, the UDC still `configured` with
+        is_selfpowered 0): there the test is skipped, saying so, rather than passed."""
+        if await self.engine.link.wait_for(("suspended",), SUSPEND_TIMEOUT):
+            return
+        host = (self.usb.sysfs / "power" / "runtime_status").read_text().strip()
+        assert host == "suspended", f"the host did not suspend the device: {self.seen()}"
+        pytest.skip(f"this kernel's UDC does not show the host's suspend: {self.seen()}")
 
     async def configured(self) -> None:
         assert await self.engine.link.wait_for(("configured",), SUSPEND_TIMEOUT), (
-            f"the UDC did not report configured (USB state {self.engine.link.raw!r})"
+            f"no resume seen: {self.seen()}"
         )
 
 
@@ -180,32 +192,34 @@ async def test_a_wake_the_host_did_not_enable_is_answered_not_hung(start: Start)
     assert rig.engine.link.state == "suspended" and not rig.engine.busy
 
 
-async def test_a_chord_works_after_a_sleep_and_after_a_re_enumeration(
-    start: Start, board: Board
-) -> None:
+CTRL_A = [
+    (ecodes.KEY_LEFTCTRL, 1),
+    (ecodes.KEY_A, 1),
+    (ecodes.KEY_A, 0),
+    (ecodes.KEY_LEFTCTRL, 0),
+]
+
+
+async def chord_seen(rig: Rig, kbd: InputDevice) -> list[tuple[int, int]]:
+    reading = asyncio.create_task(
+        read_until(kbd, lambda e: (ecodes.KEY_LEFTCTRL, 0) in keys_of(e), "Ctrl+A")
+    )
+    await rig.chord("ctrl", "a")
+    return keys_of(await reading)
+
+
+async def test_a_chord_works_after_a_re_enumeration(start: Start, board: Board) -> None:
+    """Modifiers through descriptors opened after the target enumerated us again (stale
+    /dev/hidgN descriptors broke them in another product)."""
     rig = await start()
-    ctrl_a = [
-        (ecodes.KEY_LEFTCTRL, 1),
-        (ecodes.KEY_A, 1),
-        (ecodes.KEY_A, 0),
-        (ecodes.KEY_LEFTCTRL, 0),
-    ]
-
-    async def chord_seen(kbd: InputDevice) -> list[tuple[int, int]]:
-        reading = asyncio.create_task(
-            read_until(kbd, lambda e: (ecodes.KEY_LEFTCTRL, 0) in keys_of(e), "Ctrl+A")
-        )
-        await rig.chord("ctrl", "a")
-        return keys_of(await reading)
-
     with open_inputs([rig.keyboard]) as (kbd,):
-        rig.autosuspend()
-        await rig.suspended()
-        async with rig.engine.invocation("wake_target", asleep_ok=True):
-            await rig.engine.wake()
-        (rig.usb.sysfs / "power" / "control").write_text("on")  # no second sleep mid-chord
-        assert await chord_seen(kbd) == ctrl_a
-    # A re-enumeration: the isolated profile, then full again (new /dev/hidgN descriptors).
+        assert await chord_seen(rig, kbd) == CTRL_A
+    assert await rig.engine.wake() == {  # awake: nothing to do, nothing released
+        "woke": False,
+        "usb_state": "configured",
+        "waited_ms": 0,
+        "released": [],
+    }
     await rig.backend.profiles.switch_profile("keyboard-isolated")
     await rig.backend.profiles.switch_profile("full")
     rig.engine.held.forget()
@@ -213,4 +227,15 @@ async def test_a_chord_works_after_a_sleep_and_after_a_re_enumeration(
     live = await asyncio.to_thread(board.wait_live, profile, time.monotonic())
     assert live.usb.devnum != rig.usb.devnum  # really enumerated again
     with open_inputs([live.input_node("keyboard")]) as (kbd,):
-        assert await chord_seen(kbd) == ctrl_a
+        assert await chord_seen(rig, kbd) == CTRL_A
+
+
+async def test_a_chord_works_after_a_sleep(start: Start) -> None:
+    rig = await start()
+    with open_inputs([rig.keyboard]) as (kbd,):
+        rig.autosuspend()
+        await rig.suspended()
+        async with rig.engine.invocation("wake_target", asleep_ok=True):
+            await rig.engine.wake()
+        rig.host_resume()  # no second sleep mid-chord
+        assert await chord_seen(rig, kbd) == CTRL_A

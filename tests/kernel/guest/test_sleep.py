@@ -3,7 +3,8 @@ sleeping PC or a locked phone suspends its bus) while it holds the HID event nod
 UDC says `suspended`, and the input engine, the USB link and the wake go through dummy_hcd's
 real suspend, remote wakeup and resume. The host's evdev events are the truth: after a refused
 input nothing arrives, then or after the resume (no press without its release, no autorepeat:
-the host's repeat is left on, so a stuck key would show as repeats)."""
+the host's soft repeat is pushed out of reach as in the other keyboard tests, since a slow
+TCG scheduler adds repeats; a stale press shows as its key event all the same)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ import pytest
 from board import Board
 from evdev import InputDevice, InputEvent, ecodes
 from figures import Record
-from usbhost import EVENT_TIMEOUT, SLOWNESS, UsbDevice, find_usb, frames, open_inputs, read_until
+from usbhost import (
+    EVENT_TIMEOUT,
+    SLOWNESS,
+    UsbDevice,
+    find_usb,
+    frames,
+    no_autorepeat,
+    open_inputs,
+    read_until,
+)
 
 from daemon.board import BoardBackend
 from daemon.config import Config, DeviceConfig, InputConfig
@@ -38,6 +48,7 @@ class Rig:
     engine: InputEngine
     usb: UsbDevice
     keyboard: str  # the target's evdev node of our keyboard
+    stand_in: asyncio.Task[None] | None = None  # the host's view of the link (see suspended)
 
     async def type(self, text: str, tool: str = "keyboard_text") -> None:
         async with self.engine.invocation(tool) as s:
@@ -65,19 +76,44 @@ class Rig:
         return f"link {self.engine.link.raw!r}, UDC {udc}, host runtime_status {host!r}"
 
     async def suspended(self) -> None:
-        """Until the UDC shows the suspend. Debian's 6.1 dummy_hcd does not show it at all
-        (measured: the host's device runtime-suspended, the UDC still `configured` with
-        is_selfpowered 0): there the test is skipped, saying so, rather than passed."""
+        await self._suspended()
+        # Asleep now: once woken it stays awake (a PC back from standby), not re-suspended
+        # 50 ms later mid-test.
+        (self.usb.sysfs / "power" / "autosuspend_delay_ms").write_text("60000")
+
+    async def _suspended(self) -> None:
+        """Until the link shows the host's suspend. Debian's 6.1 dummy_hcd does not show it
+        on the gadget side at all (measured: the host's device runtime-suspended, the UDC
+        still `configured` with is_selfpowered 0). There the host's own view stands in for
+        the UDC's (a stand-in, named as such: the engine, f_hid, remote wakeup over srp and
+        the host's input are all real): the link follows the device's runtime_status."""
         if await self.engine.link.wait_for(("suspended",), SUSPEND_TIMEOUT):
             return
-        host = (self.usb.sysfs / "power" / "runtime_status").read_text().strip()
-        assert host == "suspended", f"the host did not suspend the device: {self.seen()}"
-        pytest.skip(f"this kernel's UDC does not show the host's suspend: {self.seen()}")
+        host = self.usb.sysfs / "power" / "runtime_status"
+        assert host.read_text().strip() == "suspended", f"no host suspend: {self.seen()}"
+        link = self.engine.link
+
+        def host_view() -> None:
+            status = host.read_text().strip()  # resuming/suspending: not yet either
+            if status in ("suspended", "active"):
+                link.set("suspended" if status == "suspended" else "configured")
+
+        link.refresh = host_view
+        self.stand_in = asyncio.create_task(follow(host_view))
+        host_view()
+        assert link.state == "suspended"
 
     async def configured(self) -> None:
         assert await self.engine.link.wait_for(("configured",), SUSPEND_TIMEOUT), (
             f"no resume seen: {self.seen()}"
         )
+
+
+async def follow(view: Callable[[], None]) -> None:
+    """Re-read a view every 10 ms, as the board's watcher re-reads the UDC."""
+    while True:
+        view()
+        await asyncio.sleep(0.01)
 
 
 Start = Callable[..., Awaitable[Rig]]
@@ -103,6 +139,8 @@ async def start(board: Board) -> AsyncIterator[Start]:
 
     yield make
     for rig in rigs:
+        if rig.stand_in is not None:
+            rig.stand_in.cancel()
         if find_usb(rig.usb.vendor, rig.usb.product) is not None:
             rig.host_resume()
         await rig.engine.close()
@@ -127,6 +165,7 @@ async def test_input_while_asleep_is_refused_and_nothing_arrives(
 ) -> None:
     rig = await start()
     with open_inputs([rig.keyboard]) as (kbd,):
+        no_autorepeat(kbd)  # TCG's scheduler must not add repeats: a stale press still shows
         rig.autosuspend()
         await rig.suspended()
         t0 = time.monotonic()
@@ -140,7 +179,9 @@ async def test_input_while_asleep_is_refused_and_nothing_arrives(
         rig.host_resume()
         await rig.configured()
         # Whatever came since the suspend arrives before this text: only the text may come.
-        assert await typed_text(kbd, "ok") == "ok"
+        reading = asyncio.create_task(typed_text(kbd, "ok"))
+        await rig.type("ok")
+        assert await reading == "ok"
 
 
 async def test_wake_target_wakes_within_a_second_and_text_arrives_exactly(
@@ -148,6 +189,7 @@ async def test_wake_target_wakes_within_a_second_and_text_arrives_exactly(
 ) -> None:
     rig = await start()
     with open_inputs([rig.keyboard]) as (kbd,):
+        no_autorepeat(kbd)  # TCG's scheduler must not add repeats: a stale press still shows
         rig.autosuspend()
         await rig.suspended()
         async with rig.engine.invocation("wake_target", asleep_ok=True):
@@ -164,6 +206,7 @@ async def test_wake_target_wakes_within_a_second_and_text_arrives_exactly(
 async def test_wake_first_types_exactly_once(start: Start) -> None:
     rig = await start(wake_first=True)
     with open_inputs([rig.keyboard]) as (kbd,):
+        no_autorepeat(kbd)  # TCG's scheduler must not add repeats: a stale press still shows
         rig.autosuspend()
         await rig.suspended()
         reading = asyncio.create_task(typed_text(kbd, "once."))
@@ -201,6 +244,7 @@ CTRL_A = [
 
 
 async def chord_seen(rig: Rig, kbd: InputDevice) -> list[tuple[int, int]]:
+    no_autorepeat(kbd)  # a loaded TCG guest may hold A past the repeat delay
     reading = asyncio.create_task(
         read_until(kbd, lambda e: (ecodes.KEY_LEFTCTRL, 0) in keys_of(e), "Ctrl+A")
     )
@@ -233,6 +277,7 @@ async def test_a_chord_works_after_a_re_enumeration(start: Start, board: Board) 
 async def test_a_chord_works_after_a_sleep(start: Start) -> None:
     rig = await start()
     with open_inputs([rig.keyboard]) as (kbd,):
+        no_autorepeat(kbd)  # TCG's scheduler must not add repeats: a stale press still shows
         rig.autosuspend()
         await rig.suspended()
         async with rig.engine.invocation("wake_target", asleep_ok=True):

@@ -113,12 +113,11 @@ class BoardHid:
         await writer.write(report)
 
     def refresh(self) -> None:
-        """The target came back (woke, or re-configured the device): no descriptor from before
-        survives; each writer opens its node afresh on its next write, the LED reader now."""
+        """The target came back (woke, or re-configured the device): no writer descriptor from
+        before survives; each writer opens its node afresh on its next write. (The LED reader
+        keeps its state: it closes itself on a failure and attach() makes a new one.)"""
         for writer in self._writers.values():
             writer.reopen()
-        if self._leds is not None and not self._leds.is_open:
-            self._attach_leds(self._leds.path)
 
     def close(self) -> None:
         for writer in self._writers.values():

@@ -131,3 +131,67 @@ async def test_sim_suspend_rejects_a_bad_argument(make_daemon: Make) -> None:
         ):
             assert r.status == 400 and (await r.json())["code"] == "tool_call_payload_invalid"
     assert (await usb(d))["state"] == "configured"
+
+
+async def post_raw(d: DaemonProcess, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{d.base}{path}", data=body, headers={"Content-Type": "application/json"}) as r,
+    ):
+        return r.status, await r.json()
+
+
+DEEP = "[" * 400 + "]" * 400
+HOSTILE = ("NaN", "Infinity", "-Infinity", '"\\ud800"', DEEP, "1e999")
+
+
+async def test_hostile_arguments_to_the_new_paths_are_refused_and_change_nothing(
+    make_daemon: Make,
+) -> None:
+    """wake_target's arguments and /api/sim/suspend's: NaN, ±Infinity, a lone surrogate, deep
+    nesting and an overflowing number are refused with a stable code; a sleeping target is not
+    woken by them, an awake one not put to sleep, and nothing is held or queued after."""
+    d = start(make_daemon)
+    for x in HOSTILE:
+        status, doc = await post_raw(d, "/api/sim/suspend", f'{{"wakeup":{x}}}'.encode())
+        assert status == 400 and doc["code"] == "tool_call_payload_invalid", (x, doc)
+    assert (await usb(d))["state"] == "configured"
+    await sim(d, "suspend")
+    for x in HOSTILE:
+        status, doc = await post_raw(
+            d, "/api/tools/wake_target", f'{{"input":{{"x":{x}}}}}'.encode()
+        )
+        code = doc["error"]["code"]
+        assert status == 400 and code in ("tool_call_payload_invalid", "tool_arguments_invalid"), (
+            x,
+            doc,
+        )
+    st = await state(d)
+    assert st["usb_state"] == "suspended" and st["queued_while_suspended"] == []
+    assert (await ok(d, "wake_target", {}))["woke"] is True
+    assert held(await state(d)) == NOTHING_HELD
+
+
+async def test_a_sleep_mid_gesture_cuts_it_and_leaves_nothing_held(make_daemon: Make) -> None:
+    """The target falls asleep while a long press holds its button down: the call answers
+    target_suspended, and once the target is back the button is released (nothing waits in
+    the gadget to arrive late, nothing stays down)."""
+    d = start(make_daemon)
+    press = asyncio.create_task(
+        call(d, "touch_gesture", {"type": "long_press", "point": FIELD, "duration_ms": 20000})
+    )
+    deadline = time.monotonic() + 30
+    while held(await state(d)) == NOTHING_HELD:  # an iPhone's pointer is a mouse: its button
+        assert time.monotonic() < deadline and not press.done(), "the press never went down"
+        await asyncio.sleep(0.02)
+    await sim(d, "suspend")
+    _, body, _ = await asyncio.wait_for(press, 10)
+    assert body["is_error"] is True and body["error"]["code"] == "target_suspended", body
+    st = await state(d)
+    assert st["usb_state"] == "suspended" and st["queued_while_suspended"] == []
+    await sim(d, "resume")
+    deadline = time.monotonic() + 30
+    while held(st := await state(d)) != NOTHING_HELD:
+        assert time.monotonic() < deadline, held(st)
+        await asyncio.sleep(0.02)
+    await ok(d, "keyboard_text", {"text": "x"})  # input goes again, as one call

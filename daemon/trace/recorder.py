@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import queue
+import secrets
 import sqlite3
 import threading
 import time
@@ -290,6 +291,23 @@ class Recorder:
             self._pending_frames += frames
         except queue.Full:
             self.dropped += 1
+
+    def usb_changed(self, old: str, new: str, raw: str) -> None:
+        """A USB state change (the target slept, woke, was unplugged): a record of its own,
+        tool `usb_state` from transport `daemon`, so a history shows why input was refused."""
+        self.observe(
+            Invocation(
+                id=secrets.token_hex(16),
+                tool="usb_state",
+                transport="daemon",
+                client="",
+                args={"state": new, "was": old, "udc_state": raw},
+                started_at=time.time(),
+                duration_ms=0,
+                outcome="ok",
+                error_code=None,
+            )
+        )
 
     def status(self) -> dict[str, Any]:
         """The health_check field."""

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     if not os.environ.get("POWER_CUTS_ONLY"):
         code = pytest_run(run, junit, [str(HERE), f"--ignore={cuts}", *args])
     if code in (0, 1) and os.environ.get("POWER_CUTS", "2") != "0":
-        cut_code = pytest_run(run, run / "power-cut-junit.xml", [cuts])
+        cut_code = pytest_run(run, run / "power-cut-junit.xml", [cuts, "-s"])  # a line a cut
         code = code or cut_code
     transcripts = {
         "deploy.log": "the first deploy",

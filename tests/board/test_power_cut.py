@@ -115,6 +115,13 @@ print(json.dumps({"fingerprint": inspect(state / "tls-cert.pem")["fingerprint"],
 """
 
 
+def say(board: BoardVM, line: str) -> None:
+    """One outcome line: printed, and kept in the run folder (power-cuts.txt)."""
+    print(line, flush=True)
+    with (board.workdir / "power-cuts.txt").open("a") as f:
+        f.write(line + "\n")
+
+
 def wait_active(board: BoardVM) -> tuple[float, dict[str, str]]:
     """Seconds from ssh up until the daemon's unit is active and health_check answers."""
     start = time.monotonic()
@@ -177,8 +184,8 @@ def test_power_cuts(board: BoardVM) -> None:
     usual = time.monotonic() - t0
     before = guest_json(board, PAIR, "/opt/fingertip/current/bin/python")
     tokens, fingerprints = {before["token"]}, {before["fingerprint"]}
-    print(f"power cuts: {CUTS} (POWER_CUT_SEED={seed}), loss window {WINDOW_S} s, "
-          f"usual start {usual:.0f} s")  # fmt: skip
+    say(board, f"power cuts: {CUTS} (POWER_CUT_SEED={seed}), loss window {WINDOW_S} s, "
+               f"usual start {usual:.0f} s")  # fmt: skip
     failures: list[str] = []
     for cut in range(1, CUTS + 1):
         steps, cert_at = rng.randint(1, 24), rng.randint(1, 20)
@@ -227,14 +234,14 @@ def test_power_cuts(board: BoardVM) -> None:
         except (AssertionError, RuntimeError, subprocess.SubprocessError, ValueError) as exc:
             problems.append(f"{type(exc).__name__}: {str(exc)[:800]}")
             took = float("nan")
-        print(
+        say(
+            board,
             f"power cut {cut}/{CUTS}: after {steps} steps (+ up to 2 s), cert step "
             f"{'started' if cert_started else 'not reached'}, rotations {len(rotating)}; boot "
             f"{board.boot_s:.0f} s, daemon active {took:.0f} s later; "
             f"{len(acked)} records acknowledged > {WINDOW_S:.0f} s before the cut, "
             f"{'ALL kept' if not any('lost' in p for p in problems) else 'SOME LOST'}: "
             + ("ok" if not problems else "FAILED: " + "; ".join(problems)),
-            flush=True,
         )
         if problems:
             failures.append(f"cut {cut}: {'; '.join(problems)}")

@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
-.PHONY: systemd-setup board-setup board-test board-test-small test-under-load deploy undeploy
+.PHONY: systemd-setup board-setup board-test board-test-small board-power-cuts test-under-load
+.PHONY: deploy undeploy
 .PHONY: arm64-setup arm64-test desktop-setup desktop-test
 
 setup: $(STAMP)
@@ -97,6 +98,11 @@ board-test: setup
 # every check but OCR's. Not in `make test` (see tests/board/run.py).
 board-test-small: setup
 	BOARD_VM_MEMORY_MB=256 $(BIN)/python tests/board/run.py
+
+# Power cuts on the board VM (tests/board/test_power_cut.py): board-test runs POWER_CUTS=2 after
+# its checks; this runs only the cuts, 50 of them by default, printing each one's outcome.
+board-power-cuts: setup
+	POWER_CUTS_ONLY=1 POWER_CUTS=$${POWER_CUTS:-50} $(BIN)/python tests/board/run.py
 
 # aarch64 tier (tests/arm64): an arm64 Debian root run by qemu-user through binfmt_misc, cached
 # in ~/.cache/fingertip/arm64 (apt installs qemu-user-static and debootstrap); arm64-test

@@ -37,28 +37,15 @@ def main(argv: list[str]) -> int:
     run = kernel_run.new_run_folder(ARTIFACTS)
     junit = run / "junit.xml"
     args = argv or shlex.split(os.environ.get("BOARD_TEST_ARGS", ""))
-    cmd = [
-        sys.executable, "-m", "pytest", str(HERE), "-v", "-p", "no:cacheprovider",
-        "-o", "junit_family=xunit1", f"--junitxml={junit}", "--durations=6", *args,
-    ]  # fmt: skip
-    print(f"board VM: {' '.join(cmd[2:])}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
-    # A SIGTERM from CI: pytest (conftest) turns it into an interrupt and tears the VM down.
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    try:
-        code = proc.wait(TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        print(f"board VM: stopped after {TIMEOUT_S:.0f} s", flush=True)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # QEMU dies with it (PR_SET_PDEATHSIG)
-            proc.wait()
-        code = 1
-    except KeyboardInterrupt:
-        proc.wait()
-        code = 130
+    # The power cuts boot a VM of their own (on a copy of the disk): a second pytest, after the
+    # acceptance checks' VM is gone, never two emulators at once. POWER_CUTS_ONLY: only them.
+    cuts = str(HERE / "test_power_cut.py")
+    code = 0
+    if not os.environ.get("POWER_CUTS_ONLY"):
+        code = pytest_run(run, junit, [str(HERE), f"--ignore={cuts}", *args])
+    if code in (0, 1) and os.environ.get("POWER_CUTS", "2") != "0":
+        cut_code = pytest_run(run, run / "power-cut-junit.xml", [cuts, "-s"])  # a line a cut
+        code = code or cut_code
     transcripts = {
         "deploy.log": "the first deploy",
         "deploy-again.log": "the same deploy again (idempotent)",
@@ -82,6 +69,31 @@ def main(argv: list[str]) -> int:
     print(f"board VM artifacts: {run.relative_to(PROJECT)}")
     print(f"board VM wall time: {wall:.0f} s (image check, boot, deploy, checks, power off)")
     return code
+
+
+def pytest_run(run: Path, junit: Path, args: list[str]) -> int:
+    cmd = [
+        sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+        "-o", "junit_family=xunit1", f"--junitxml={junit}", "--durations=6", *args,
+    ]  # fmt: skip
+    print(f"board VM: {' '.join(cmd[2:])}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
+    # A SIGTERM from CI: pytest (conftest) turns it into an interrupt and tears the VM down.
+    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    try:
+        return proc.wait(TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"board VM: stopped after {TIMEOUT_S:.0f} s", flush=True)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # QEMU dies with it (PR_SET_PDEATHSIG)
+            proc.wait()
+        return 1
+    except KeyboardInterrupt:
+        proc.wait()
+        return 130
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ BOOT_TIMEOUT_S = 300.0  # ~35 s seen; TCG on a busy shared machine can be severa
 IDLE_BOOT_S = 35.0  # boot to ssh on an idle machine: the yardstick of BoardVM.slowness
 
 
+SNAPSHOT = "if=virtio,format=raw,snapshot=on"
+
+
 def _die_with_parent() -> None:
     """(in the child, before exec) QEMU is killed when the process that started it dies, so
     an interrupted test run never leaves a VM behind."""
@@ -45,7 +48,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def qemu_command(img: image.Image, port: int, console: Path, memory_mb: int) -> list[str]:
+def qemu_command(
+    img: image.Image, port: int, console: Path, memory_mb: int, disk: Path | None = None
+) -> list[str]:
+    """With `disk` (a copy of the image) the guest writes to it and a later boot finds what
+    it wrote (the power-cut test); else snapshot=on keeps the cached image clean."""
+    drive = f"file={disk},if=virtio,format=raw" if disk else f"file={img.disk},{SNAPSHOT}"
     return [
         "qemu-system-x86_64",
         "-accel", "tcg", "-cpu", image.kernel_tier.GUEST_CPU, "-m", str(memory_mb), "-smp", "1",
@@ -53,7 +61,7 @@ def qemu_command(img: image.Image, port: int, console: Path, memory_mb: int) -> 
         "-serial", f"file:{console}",
         "-kernel", str(img.kernel), "-initrd", str(img.initrd),
         "-append", f"root=/dev/vda rw {image.kernel_tier.GUEST_CMDLINE}",
-        "-drive", f"file={img.disk},if=virtio,format=raw,snapshot=on",
+        "-drive", drive,
         "-nic", f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22",
         "-device", "virtio-rng-pci",
     ]  # fmt: skip
@@ -62,8 +70,9 @@ def qemu_command(img: image.Image, port: int, console: Path, memory_mb: int) -> 
 class BoardVM:
     """A running guest and an ssh master connection to it."""
 
-    def __init__(self, img: image.Image, workdir: Path) -> None:
+    def __init__(self, img: image.Image, workdir: Path, disk: Path | None = None) -> None:
         self.img = img
+        self.disk = disk
         self.workdir = workdir
         self.port = free_port()
         self.console = workdir / "console.log"
@@ -124,7 +133,7 @@ class BoardVM:
     def start(self) -> None:
         start = time.monotonic()
         self.proc = subprocess.Popen(
-            qemu_command(self.img, self.port, self.console, self.memory_mb),
+            qemu_command(self.img, self.port, self.console, self.memory_mb, self.disk),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=(self.workdir / "qemu.stderr").open("wb"),
@@ -189,6 +198,22 @@ class BoardVM:
     def put(self, local: Path, remote: str, mode: str = "0644") -> None:
         data = local.read_text()
         self.run(f"cat > {shlex.quote(remote)} && chmod {mode} {shlex.quote(remote)}", input=data)
+
+    def cut_power(self) -> float:
+        """Kill QEMU at once (SIGKILL: no shutdown, the guest's page cache lost, as when the
+        power goes); the host's monotonic time of the cut."""
+        assert self.proc is not None
+        self.proc.kill()
+        at = time.monotonic()
+        self.proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run(
+                [*self.ssh_base(), "-O", "exit", self.host],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+        return at
 
     def stop(self) -> None:
         """Power off cleanly (a few seconds), else kill; never leave QEMU behind."""

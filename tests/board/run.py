@@ -1,10 +1,11 @@
 """Board VM runner: `make board-test`, the last step of `make test`.
 
 Builds (or finds) the cached image, then runs tests/board with pytest: one QEMU boot, `make
-deploy` onto it, the five checks of issue 9. Where the tier cannot run (not root, no apt, not
-x86_64 Linux) it prints one loud SKIPPED line, or fails under CI=true, as the kernel tier
-does. Prints the deploy transcript, the sandbox's exposure score and the wall time; keeps the
-run's console log, journal, transcripts and events in test-artifacts/board/run-*/.
+deploy` onto it, the checks of issue 9, then a power cut and a boot of the same disk (issue 46;
+BOARD_POWER_CUTS of them). Where the tier cannot run (not root, no apt, not x86_64 Linux) it
+prints one loud SKIPPED line, or fails under CI=true, as the kernel tier does. Prints the
+deploy transcript, the sandbox's exposure score, the power cuts' lines and the wall time; keeps
+the run's console logs, journal, transcripts and events in test-artifacts/board/run-*/.
 Extra arguments go to pytest (BOARD_TEST_ARGS through make, e.g. "-x" or "-k 'ecm'").
 """
 
@@ -37,15 +38,9 @@ def main(argv: list[str]) -> int:
     run = kernel_run.new_run_folder(ARTIFACTS)
     junit = run / "junit.xml"
     args = argv or shlex.split(os.environ.get("BOARD_TEST_ARGS", ""))
-    # The power cuts boot a VM of their own (on a copy of the disk): a second pytest, after the
-    # acceptance checks' VM is gone, never two emulators at once. POWER_CUTS_ONLY: only them.
-    cuts = str(HERE / "test_power_cut.py")
-    code = 0
-    if not os.environ.get("POWER_CUTS_ONLY"):
-        code = pytest_run(run, junit, [str(HERE), f"--ignore={cuts}", *args])
-    if code in (0, 1) and os.environ.get("POWER_CUTS", "2") != "0":
-        cut_code = pytest_run(run, run / "power-cut-junit.xml", [cuts, "-s"])  # a line a cut
-        code = code or cut_code
+    code = pytest_run(run, junit, [str(HERE), *args])
+    if (run / "power-cuts.txt").exists():  # one line a cut (tests/board/power_cut.py)
+        print((run / "power-cuts.txt").read_text(), end="")
     transcripts = {
         "deploy.log": "the first deploy",
         "deploy-again.log": "the same deploy again (idempotent)",

@@ -21,7 +21,7 @@ import urllib.request
 
 BASE = "http://127.0.0.1:8080/api/tools/"
 STATE = "/var/lib/fingertip"
-ROTATE_EVERY = 7
+ROTATE_EVERY = 5  # tests/board/power_cut.py: MAX_STEPS
 
 
 def say(**fields: object) -> None:

@@ -9,7 +9,7 @@ disk (not part of the test suite).
    gathered (BATCH_WINDOW_S) and the one being written (its p99 commit time). NORMAL fsyncs it
    only at a checkpoint: a cut may lose every commit since the last one, up to
    wal_autocheckpoint pages; printed as records and as seconds at one call a second.
-The board VM's power-cut test (tests/board/test_power_cut.py) checks the FULL window for real.
+The board VM's power-cut test (tests/board/power_cut.py) checks the FULL window for real.
 Run: .venv/bin/python tests/bench/bench_durability.py
 """
 

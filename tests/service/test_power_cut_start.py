@@ -3,7 +3,7 @@ stops it), its state files then damaged as a cut on a file system without atomic
 leave them (the pairing token cut short, the flight recorder's file overwritten), and started
 again. It starts once, without a crash; each damaged file is set aside under a timestamped name
 (kept), logged once, rebuilt and listed in health_check; the new token works and the old one
-does not. The board VM cuts the power for real: tests/board/test_power_cut.py."""
+does not. The board VM cuts the power for real: tests/board/power_cut.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ token, the board id, the certificate's info cache) or at a spread of them (the c
 key, which need the certificate child; the flight recorder's database) to its real loader over
 real files, and the start must give a usable value: the file whole as it was, or set aside
 (kept, renamed with a timestamp), reported, and rebuilt. The board VM cuts the power for real:
-tests/board/test_power_cut.py."""
+tests/board/power_cut.py."""
 
 from __future__ import annotations
 

@@ -118,7 +118,9 @@ class GuestStream:
                     self.lines.append(line)
                     self._cond.notify_all()
             self._proc.wait()
-            if self._closing or self.board.proc is None or self.board.proc.poll() is not None:
+            # (poll() answers None while another thread waits on QEMU: hence `down` too)
+            board = self.board
+            if self._closing or board.down or board.proc is None or board.proc.poll() is not None:
                 break
             with self._cond:
                 self.reconnects += 1

@@ -82,6 +82,7 @@ class BoardVM:
         self.boot_s = 0.0
         self.first_boot_s = 0.0  # the run's first boot (the later ones follow power cuts)
         self.cuts = 0
+        self.down = False  # powered off or cut: a helper's dropped ssh is no network fault
         self.memory_mb = MEMORY_MB
 
     @property
@@ -133,6 +134,7 @@ class BoardVM:
 
     def start(self) -> None:
         start = time.monotonic()
+        self.down = False
         self.proc = subprocess.Popen(
             qemu_command(self.img, self.port, self.console, self.memory_mb, self.disk),
             stdin=subprocess.DEVNULL,
@@ -209,6 +211,7 @@ class BoardVM:
         power goes); the host's monotonic time of the cut. The console log so far is kept
         (console-cut-N.log): the next start() writes a new one."""
         assert self.proc is not None
+        self.down = True
         self.proc.kill()
         at = time.monotonic()
         self.proc.wait()

@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup xkb-setup browser-setup run test test-fast kernel-setup kernel-test lint format bench clean
-.PHONY: systemd-setup board-setup board-test board-test-small test-under-load deploy undeploy
+.PHONY: systemd-setup board-setup board-test board-test-small board-power-cuts test-under-load
+.PHONY: deploy undeploy
 .PHONY: arm64-setup arm64-test desktop-setup desktop-test
 
 setup: $(STAMP)
@@ -97,6 +98,12 @@ board-test: setup
 # every check but OCR's. Not in `make test` (see tests/board/run.py).
 board-test-small: setup
 	BOARD_VM_MEMORY_MB=256 $(BIN)/python tests/board/run.py
+
+# Power cuts on the board VM (tests/board/power_cut.py): board-test cuts once, after its checks,
+# on the VM it deployed to; this boots and deploys, then cuts BOARD_POWER_CUTS times (50), each
+# one's outcome printed (~2-3 min a cut on an idle machine).
+board-power-cuts: setup
+	BOARD_POWER_CUTS=$${BOARD_POWER_CUTS:-50} $(BIN)/python tests/board/run.py -k power_cut
 
 # aarch64 tier (tests/arm64): an arm64 Debian root run by qemu-user through binfmt_misc, cached
 # in ~/.cache/fingertip/arm64 (apt installs qemu-user-static and debootstrap); arm64-test

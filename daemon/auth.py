@@ -23,7 +23,7 @@ from daemon.catalog.access import CALLER_KINDS, Caller, Guard
 from daemon.config import Config
 from daemon.errors import ToolError
 from daemon.invocations import CALLER_HEADER, caller_label
-from daemon.private_files import write_private
+from daemon.private_files import read_state, write_private
 
 log = structlog.get_logger("daemon.auth")
 
@@ -35,14 +35,26 @@ def load_or_create_token(config: Config) -> str:
     if config.auth.token:
         return config.auth.token
     path = config.state_dir / TOKEN_FILE
-    try:
-        token = path.read_text().strip()
-        if token:
-            return token
-    except FileNotFoundError:
-        pass
+    token = read_state(path, parse_token, NEW_PAIRING)
+    if token:
+        return token
     path.parent.mkdir(parents=True, exist_ok=True)
     return new_token(path)
+
+
+NEW_PAIRING = "a NEW pairing token was made: every client must pair again with the new token"
+
+
+def parse_token(data: bytes) -> str:
+    """The token file's one line; ValueError for a file a cut or a hand damaged (new_token
+    ends it with a newline: a file without one was cut short)."""
+    text = data.decode("ascii", "strict") if data.isascii() else ""
+    token = text.strip()
+    if not text.endswith("\n") or not token or len(token) < 16 or not token.isprintable():
+        raise ValueError(f"not a whole pairing token ({len(data)} bytes)")
+    if any(c.isspace() for c in token):
+        raise ValueError("more than one word")
+    return token
 
 
 def new_token(path: Path) -> str:

@@ -6,9 +6,11 @@ simulated: the simulated target (daemon.sim), which stands where the kernel and 
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from daemon.frames import FrameSource
+from daemon.usb import UsbLink
 from gadget import reports
 
 ROLES = ("keyboard", "consumer", "pointer")
@@ -44,15 +46,22 @@ class ProfileControl(Protocol):
 
 
 class Backend(Protocol):
-    """One backend: HID output, profile control and frames together."""
+    """One backend: HID output, profile control and frames together, and the USB link's
+    state (suspended while the target sleeps)."""
 
     hid: HidOutput
     profiles: ProfileControl
     frames: FrameSource
+    link: UsbLink
 
     async def start(self) -> bool:
         """Bring the backend up. True when the target may still hold keys, buttons or contacts
         from before this daemon (it was not re-enumerated): the engine then releases them."""
+        ...
+
+    def follow_link(self) -> AsyncGenerator[None, None]:
+        """Follow the USB link's state from after start() (the daemon's "usb link" part):
+        set up, yield, stop."""
         ...
 
     async def close(self) -> None: ...

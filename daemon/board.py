@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from daemon.backends import ROLES, HidOutput, ProfileControl
 from daemon.config import Config
 from daemon.frames import FrameSource
 from daemon.screen.capture import V4L2Capture
-from gadget import hidg, reports
+from daemon.usb import UsbLink
+from gadget import hidg, reports, usbstate
 from gadget.configfs import Gadget
 from gadget.descriptors import pointer_for
 from gadget.errors import ConfigfsError, GadgetError, TargetNotAttached
@@ -111,6 +112,13 @@ class BoardHid:
             raise TargetNotAttached(f"{role}: the live USB profile has no {role} function")
         await writer.write(report)
 
+    def refresh(self) -> None:
+        """The target came back (woke, or re-configured the device): no writer descriptor from
+        before survives; each writer opens its node afresh on its next write. (The LED reader
+        keeps its state: it closes itself on a failure and attach() makes a new one.)"""
+        for writer in self._writers.values():
+            writer.reopen()
+
     def close(self) -> None:
         for writer in self._writers.values():
             writer.close()
@@ -127,6 +135,7 @@ class BoardProfiles:
         self.hid = hid
         self._profile: str | None = None
         self._lock = asyncio.Lock()
+        self.remote_wakeup = False  # advertised in the configuration (decided at start)
 
     @property
     def profile(self) -> str:
@@ -162,7 +171,8 @@ class BoardProfiles:
         """(thread) Apply the profile; after a change wait for the target, then settle."""
         settings = self.gadget.settings
         start = time.monotonic()
-        changed = self.gadget.apply(build_profile(name, self.platform, settings))
+        profile = build_profile(name, self.platform, settings, remote_wakeup=self.remote_wakeup)
+        changed = self.gadget.apply(profile)
         if not changed:
             return False
         self._await_access(settings.node_access_timeout)
@@ -241,6 +251,8 @@ class BoardBackend:
         self.writers = BoardHid(config.gadget, config.platform)
         self.board_profiles = BoardProfiles(self.gadget, config.platform, self.writers)
         self.capture = V4L2Capture(config.capture)
+        self.link = UsbLink(state="not attached")
+        self._udc_dir: Path | None = None  # the UDC's sysfs folder, found at start
         # The Backend protocol's names (its attributes are mutable, hence the plain types).
         self.hid: HidOutput = self.writers
         self.profiles: ProfileControl = self.board_profiles
@@ -257,12 +269,67 @@ class BoardBackend:
             "hid_roles": sorted(self.writers.roles),
             "leds": dataclasses.asdict(self.writers.leds),
             "leds_known": self.writers.led_reports()[1] is not None,
+            "remote_wakeup_advertised": self.board_profiles.remote_wakeup,
         }
 
     async def start(self) -> bool:
-        """Reconcile to `full`. True when nothing changed: the host kept its state from before
-        us (a crash mid-tap?) and may still hold keys, buttons or contacts."""
-        return not await self.board_profiles.reconcile()
+        """Decide remote wakeup, reconcile to `full`, then read the UDC's state once
+        (follow_link follows it from then on). True when nothing changed: the host kept its
+        state from before us (a crash mid-tap?) and may still hold keys, buttons or contacts."""
+        settings = self.config.gadget
+        try:
+            udc: str | None = await asyncio.to_thread(self.gadget.find_udc)
+        except ConfigfsError:
+            udc = None  # reconcile says why, in its own words
+        driver = usbstate.udc_driver(settings.sysfs_root, udc) if udc else None
+        can_wake, why = usbstate.wake_capability(driver, settings.remote_wakeup)
+        self.board_profiles.remote_wakeup = can_wake
+        inherited = not await self.board_profiles.reconcile()
+        udc = udc or await asyncio.to_thread(self.gadget.bound_udc)
+        wakeup = None
+        if udc is not None and can_wake:
+            woken = udc
+
+            async def wakeup() -> None:
+                await asyncio.to_thread(usbstate.request_wakeup, settings.sysfs_root, woken)
+
+        self.link.configure(can_wake=can_wake, wake_reason=why, wakeup=wakeup)
+        self.link.listeners.append(self._state_changed)
+        self._udc_dir = settings.sysfs_root / "class" / "udc" / udc if udc else None
+        if self._udc_dir is not None:
+            udc_dir = self._udc_dir
+            # The state now, before start returns (the engine's first release must know a
+            # sleeping target); the watcher then reports only changes. An input call re-reads
+            # it too (two small sysfs reads): a sleep that began since the watcher's last look
+            # is refused, not written into the gadget.
+            self.link.refresh = lambda: self.link.set(usbstate.read_state(udc_dir))
+            self.link.refresh()
+        log.info("board.usb", udc=udc, driver=driver, remote_wakeup=can_wake, why=why)
+        return inherited
+
+    async def follow_link(self) -> AsyncGenerator[None, None]:
+        """The daemon's "usb link" part (daemon.lifecycle): the UDC's state followed live by a
+        watcher thread of its own, from after start() until before close()."""
+        if self._udc_dir is None:  # no UDC: start() said why; nothing to follow
+            yield
+            return
+        loop = asyncio.get_running_loop()
+
+        def changed(raw: str) -> None:  # from the watcher's thread
+            loop.call_soon_threadsafe(self.link.set, raw)
+
+        watcher = usbstate.StateWatcher(
+            self._udc_dir, changed, interval=self.config.gadget.state_poll_interval
+        )
+        watcher.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(watcher.stop)
+
+    def _state_changed(self, old: str, new: str, raw: str) -> None:
+        if new == "configured" and old != "configured":
+            self.writers.refresh()  # no descriptor from before the sleep or reset survives
 
     async def close(self) -> None:
         """Leave `full` bound (the engine's stop restored it already, unless it could not),

@@ -352,6 +352,15 @@ class InputConfig:
     search_open_ms: int = _key(
         600, _int(0, 10000), "open_app/open_url: wait for the search field before typing"
     )
+    wake_first: bool = _key(
+        False,
+        _BOOL,
+        "input tools wake a sleeping target (remote wakeup) and then deliver, instead of "
+        "answering target_suspended",
+    )
+    wake_timeout_s: float = _key(
+        1.0, _num(0.05, 30), "wake_target: how long the target may take to configure again"
+    )
 
 
 @dataclass(frozen=True)

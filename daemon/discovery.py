@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import hashlib
 import ipaddress
-import os
 import re
 import uuid
 from collections.abc import Callable, Iterable
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from daemon.config import Config
+from daemon.private_files import read_state, write_atomic
 
 if TYPE_CHECKING:  # zeroconf and ifaddr are imported by a daemon that announces, only
     from zeroconf import ServiceInfo
@@ -45,16 +45,13 @@ POLL_S = 1.0  # how often the watcher looks for a configured address that came o
 def board_id(state_dir: Path) -> str:
     """This board's stable id (uuid4 hex), made once in the state folder."""
     path = state_dir / BOARD_ID_FILE
-    with contextlib.suppress(OSError, UnicodeDecodeError):  # missing or damaged: a new one
-        existing = path.read_text().strip()
-        if re.fullmatch(r"[0-9a-f]{32}", existing):
-            return existing
+    existing = read_state(path, _parse_board_id, "a new board id was made (DNS-SD shows it)")
+    if existing:
+        return existing
     new = uuid.uuid4().hex
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(new + "\n")
-        os.replace(tmp, path)  # a crash never leaves half an id
+        write_atomic(path, (new + "\n").encode())  # a cut never leaves half an id
     except OSError as exc:  # a read-only or full state folder must not stop the daemon
         with contextlib.suppress(OSError):  # the machine's own id, hashed, is stable too
             machine = Path("/etc/machine-id").read_text().strip()
@@ -62,6 +59,12 @@ def board_id(state_dir: Path) -> str:
                 new = hashlib.sha256(f"fingertip:{machine}".encode()).hexdigest()[:32]
         log.warning("board_id_not_kept", path=str(path), error=str(exc), board_id=new)
     return new
+
+
+def _parse_board_id(data: bytes) -> str:
+    if not re.fullmatch(rb"[0-9a-f]{32}\n", data):
+        raise ValueError(f"not a board id ({len(data)} bytes)")
+    return data[:32].decode()
 
 
 def announceable(listen: Iterable[str]) -> list[str]:

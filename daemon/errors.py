@@ -100,6 +100,11 @@ CODES: dict[str, Code] = {
     "drag_in_progress": _tool("another pointer action while a drag is held", retry=True),
     "profile_switch_failed": _tool("switching the USB composite failed", retry=None),
     "target_not_attached": _tool("the target is not attached or not reading", retry=True),
+    # A target that sleeps (daemon/usb.py): its USB bus is suspended, and remote wakeup.
+    "target_suspended": _tool("the target sleeps (USB suspended): nothing was sent", retry=True),
+    "wake_unsupported": _tool("this board's USB controller cannot wake the target"),
+    "wakeup_not_enabled": _tool("the target stayed asleep: its host did not enable wakeup"),
+    "wake_timeout": _tool("the target answered the wakeup but did not come back", retry=True),
     "gadget_configfs_failed": _tool("configfs or the UDC refused the gadget", retry=True),
     "gadget_error": _tool("another failure on the USB device side"),
     "gadget_endpoint_budget": _tool(

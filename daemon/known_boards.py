@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from daemon.private_files import write_atomic
+
 MAX_BYTES = 1 << 20  # a known_boards file larger than this is read this far
 HEADER = "# fingertip known boards: HOST:PORT FINGERPRINT [BOARD_ID] (kept by make deploy)"
 
@@ -47,7 +49,7 @@ def load(path: Path | None = None) -> dict[str, tuple[str, str]]:
 
 def remember(pins: Mapping[str, tuple[str, str]], path: Path | None = None) -> Path:
     """Keep `pins` (endpoint -> (fingerprint, board id)), replacing those endpoints' lines and
-    keeping every other line; written whole (a crash leaves the old file)."""
+    keeping every other line; written atomically (a cut leaves the old file or the new)."""
     path = path or default_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -56,9 +58,7 @@ def remember(pins: Mapping[str, tuple[str, str]], path: Path | None = None) -> P
         old = [HEADER]
     kept = [line for line in old if (line.split() or [""])[0] not in pins]
     lines = kept + [f"{ep} {fp} {board}".rstrip() for ep, (fp, board) in sorted(pins.items())]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in lines))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(f"{line}\n" for line in lines).encode())
     return path
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -39,8 +39,10 @@ from daemon.backends import Backend, HidOutput, ProfileControl
 from daemon.catalog import Invocation
 from daemon.errors import ToolError
 from daemon.frames import Frame, FrameSource
+from daemon.usb import UsbLink
 from gadget import reports
 from gadget.errors import GadgetError
+from gadget.usbstate import STATES
 
 # No *_created series: one more line per label set for a timestamp nobody graphs.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -164,6 +166,20 @@ class Metrics:
         self.last_frame_at = max(self.last_frame_at or 0.0, frame.captured_at)
         self.frame_age.observe(max(0.0, time.monotonic() - frame.captured_at))
 
+    def watch_usb(self, link: UsbLink) -> None:
+        """The USB link's state and whether the target can be woken, read at scrape time;
+        its changes counted as they happen."""
+        changes = Counter(
+            "fingertip_usb_state_changes",
+            "USB state changes by the state entered (suspended: the target fell asleep)",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in STATES:
+            changes.labels(state)
+        link.listeners.append(lambda old, new, raw: changes.labels(new).inc())
+        self.registry.register(_Usb(link))
+
     def watch_connections(self, counts: Mapping[str, Callable[[], int]]) -> None:
         """Open connections per transport, read at scrape time."""
         self.registry.register(_Live(self, counts))
@@ -209,6 +225,29 @@ class _Live(Collector):
             for name in CAPTURE_STATES:
                 states.add_metric([name], 1.0 if name == state else 0.0)
             yield states
+
+
+class _Usb(Collector):
+    """The USB link's state (1 for the current one) and whether remote wakeup is possible."""
+
+    def __init__(self, link: UsbLink) -> None:
+        self.link = link
+
+    def collect(self) -> Iterable[Metric]:
+        state = GaugeMetricFamily(
+            "fingertip_usb_state",
+            "The USB link's state: 1 for the current one (not_attached, attached, configured, "
+            "suspended)",
+            labels=["state"],
+        )
+        for name in STATES:
+            state.add_metric([name], 1.0 if self.link.state == name else 0.0)
+        yield state
+        yield GaugeMetricFamily(
+            "fingertip_usb_can_wake",
+            "1 when wake_target can wake a sleeping target (remote wakeup advertised)",
+            value=1.0 if self.link.can_wake else 0.0,
+        )
 
 
 # -- the counting wrappers around the backend's parts -------------------------------------------
@@ -309,12 +348,16 @@ class Counted:
         self.hid: HidOutput = CountingHid(backend.hid, metrics)
         self.profiles: ProfileControl = CountingProfiles(backend.profiles, metrics)
         self.frames: FrameSource = CountingFrames(backend.frames, metrics)
+        self.link: UsbLink = backend.link  # not counted: its changes are (watch_usb)
         if hasattr(backend.frames, "capture_status"):  # a capture device (not the simulated target)
             capture = backend.frames
             metrics.capture_state = lambda: str(getattr(capture, "state", "unknown"))
 
     async def start(self) -> bool:
         return await self.inner.start()
+
+    def follow_link(self) -> AsyncGenerator[None, None]:
+        return self.inner.follow_link()
 
     async def close(self) -> None:
         await self.inner.close()

@@ -18,6 +18,7 @@ from daemon.addresses import loopback
 from daemon.auth import Auth
 from daemon.catalog import CALLER_KINDS, Caller, Catalog, Guard
 from daemon.config import Config
+from daemon.private_files import set_aside_files
 from daemon.tls import RENEW_DAYS, Tls
 from daemon.transports.ipc import Access
 from daemon.wire import iso_utc
@@ -69,7 +70,9 @@ def posture(config: Config, auth: Auth, tls: Tls, catalog: Catalog) -> Callable[
             "guards": dict(guards),
             "shell": copy.deepcopy(shell()),
             "client_tokens": copy.deepcopy(clients),
-            "warnings": warnings(config, tls, listeners),
+            "warnings": warnings(config, tls, listeners) + damaged_warnings(),
+            # State files found damaged at start (a power cut), set aside and rebuilt.
+            "state_files": set_aside_files(),
         }
 
     return current
@@ -108,6 +111,14 @@ def shell_reach(
             who += f"; network: {holders}"
         by.append({"transport": transport, "who": who})
     return {"reachable": bool(by), "by": by}
+
+
+def damaged_warnings() -> list[str]:
+    return [
+        f"{n['file']} was damaged ({n['reason']}) and set aside as {n['kept_as']}: "
+        f"{n['consequence']}"
+        for n in set_aside_files()
+    ]
 
 
 def warnings(config: Config, tls: Tls, listeners: list[dict[str, Any]]) -> list[str]:

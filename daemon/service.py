@@ -86,6 +86,8 @@ def build(config: Config) -> Daemon:
     catalog.observers.append(meter.observe_invocation)
     # The flight recorder sees every invocation through the catalog's observer hook.
     recorder = Recorder(catalog, config.state_dir, config.trace)
+    backend.link.listeners.append(recorder.usb_changed)  # each USB state change, recorded
+    meter.watch_usb(backend.link)
     # Tools, the stream and the HID map see the target's screen, not the captured frame.
     model = config.screen.model_size
     geometry = ScreenGeometry(
@@ -108,7 +110,12 @@ def build(config: Config) -> Daemon:
         counted,
         screen=Screen(frames, config.capture),
         engine=InputEngine(
-            counted.hid, counted.profiles, config.input, config.platform, geometry.hid_map
+            counted.hid,
+            counted.profiles,
+            config.input,
+            config.platform,
+            geometry.hid_map,
+            link=backend.link,
         ),
         shell=ShellService(config),
         ocr=ocr,
@@ -120,6 +127,7 @@ def build(config: Config) -> Daemon:
             "security": posture(config, auth, tls, catalog),
             "trace": recorder.status,
             "stream": stream.metrics,
+            "usb": backend.link.status,  # the USB state, whether the target can be woken
         },
         geometry=geometry,
         media=media,
@@ -148,7 +156,7 @@ def build(config: Config) -> Daemon:
         *toollab.routes(),
         *metrics_http.routes(meter),
         *TraceApi(recorder, catalog, rt.screen, config.server.send_timeout_s).routes(),
-        *stream_http.routes(stream, auth, catalog.running, geometry.status),
+        *stream_http.routes(stream, auth, catalog.running, geometry.status, backend.link.status),
         *media_http.routes(media, catalog, config.server.body_timeout_s),
     ]
     if config.backend.kind == "simulated":
@@ -219,6 +227,9 @@ class Daemon:
         rt = self.rt
         return [
             Part("backend", self._backend),  # the last to go: `full` left bound
+            # The UDC's state followed from here on (the backend read it once as it started);
+            # stopped before the backend closes.
+            Part("usb link", self.backend.follow_link),
             # Stopped after the last invocation ended (the drain comes first).
             Part("flight recorder", self._recorder),
             Part("http server", self._http_server),

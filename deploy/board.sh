@@ -60,7 +60,7 @@ if value is not None:
 }
 
 ensure_user() {
-    install -D -m 0644 "$1/fingertip.sysusers" $SYSUSERS
+    put 0644 "$1/fingertip.sysusers" $SYSUSERS
     if command -v systemd-sysusers >/dev/null 2>&1; then
         systemd-sysusers $SYSUSERS
     elif ! id fingertip >/dev/null 2>&1; then
@@ -132,6 +132,18 @@ reload_networkd() {
     networkctl reload 2>/dev/null || systemctl reload systemd-networkd || true
 }
 
+# install -m MODE SRC DST, atomically and durably: a power cut leaves the old file or the new
+# one, never an empty or half-written one (a temporary beside it, synced, renamed, the folder
+# synced), as the daemon writes its own state (daemon/private_files.py).
+put() {
+    mode=$1 src=$2 dst=$3
+    mkdir -p "$(dirname "$dst")"
+    install -m "$mode" "$src" "$dst.fingertip-new"
+    sync "$dst.fingertip-new"
+    mv -f "$dst.fingertip-new" "$dst"
+    sync "$(dirname "$dst")"
+}
+
 # Units, udev rule and the USB link's network file of one release, and the config when missing.
 install_system_files() {
     share=$1
@@ -140,16 +152,16 @@ install_system_files() {
         say "keeping $CONFIG"
     else
         say "installing the default $CONFIG"
-        install -m 0640 "$share/fingertip.toml" $CONFIG
+        put 0640 "$share/fingertip.toml" $CONFIG
     fi
     # The daemon reads it as the fingertip user; it may hold tokens, so no one else may.
     chgrp fingertip $CONFIG
     chmod 0640 $CONFIG
-    install -D -m 0755 "$share/fingertip-hidg-role" $UDEV_HELPER
-    install -D -m 0755 "$share/fingertip-link-reannounce" $LINK_HELPER
-    install -D -m 0644 "$share/70-fingertip.rules" $UDEV_RULE
-    install -D -m 0644 "$share/80-fingertip-usb.network" $NETWORK
-    for unit in $UNITS; do install -m 0644 "$share/$unit" $UNIT_DIR/$unit; done
+    put 0755 "$share/fingertip-hidg-role" $UDEV_HELPER
+    put 0755 "$share/fingertip-link-reannounce" $LINK_HELPER
+    put 0644 "$share/70-fingertip.rules" $UDEV_RULE
+    put 0644 "$share/80-fingertip-usb.network" $NETWORK
+    for unit in $UNITS; do put 0644 "$share/$unit" $UNIT_DIR/$unit; done
     for cmd in $COMMANDS; do ln -sfn $BASE/current/bin/$cmd /usr/local/bin/$cmd; done
     systemctl daemon-reload
     if command -v udevadm >/dev/null 2>&1; then
@@ -163,8 +175,12 @@ install_system_files() {
 }
 
 switch_to() {
+    # The release's files on the disk before `current` names it: a cut never leaves a current
+    # release with empty files. Then the switch itself, durably.
+    sync
     ln -sfn "releases/$1" $BASE/current.new
     mv -T $BASE/current.new $BASE/current
+    sync $BASE
 }
 
 journal_tail() {

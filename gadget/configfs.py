@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from gadget import usbstate
 from gadget.errors import ConfigfsError, EndpointBudgetExceeded, GadgetError
 from gadget.profiles import (
     INSTANCES,
@@ -185,6 +186,10 @@ class Gadget:
             raise ConfigfsError(f"no state for UDC {udc!r} under {self._udc_class}")
         return _text(raw).strip()
 
+    def udc_state_path(self) -> Path:
+        """The sysfs state attribute of the UDC the gadget binds to."""
+        return self._udc_class / (self.bound_udc() or self.find_udc()) / "state"
+
     def bind(self) -> None:
         """Bind to the UDC, recreating the config's links first (kvmd saw functions stop
         working after unbind+bind otherwise)."""
@@ -314,8 +319,9 @@ class Gadget:
             identity = {k: _text(self.ops.read(p) or b"").strip() for k, p in fields.items()}
         try:
             state: str | None = self.udc_state()
+            link: str | None = usbstate.normalize(usbstate.read_state(self.udc_state_path().parent))
         except ConfigfsError:
-            state = None
+            state = link = None
         return {
             "gadget": str(self.path),
             "exists": exists,
@@ -326,6 +332,7 @@ class Gadget:
             ],
             "udc": self.bound_udc(),
             "state": state,
+            "link": link,  # not_attached, attached, configured or suspended (gadget.usbstate)
             "device_nodes": {role: str(p) for role, p in self.device_nodes().items()},
         }
 
@@ -354,6 +361,7 @@ class Gadget:
             (strings / "product", ident.product.encode(), False),
             (strings / "serialnumber", ident.serial.encode(), False),
             (self._config / "MaxPower", str(profile.max_power).encode(), False),
+            (self._config / "bmAttributes", f"0x{profile.bm_attributes:02x}".encode(), False),
             (
                 self._config / "strings" / LANG / "configuration",
                 profile.config_label.encode(),

@@ -79,6 +79,13 @@ class Profile:
     functions: tuple[FunctionSpec, ...]
     config_label: str
     max_power: int
+    # Remote wakeup advertised in the configuration (bmAttributes 0xA0 rather than 0x80): only
+    # where the UDC can really signal it (gadget.usbstate.wake_capability).
+    remote_wakeup: bool = False
+
+    @property
+    def bm_attributes(self) -> int:
+        return 0xA0 if self.remote_wakeup else 0x80
 
     def roles(self) -> tuple[str, ...]:
         return tuple(f.role for f in self.functions)
@@ -172,7 +179,9 @@ def has_role(name: str, role: str) -> bool:
     return name == FULL or role != "pointer"
 
 
-def build_profile(name: str, platform: str, settings: GadgetSettings) -> Profile:
+def build_profile(
+    name: str, platform: str, settings: GadgetSettings, *, remote_wakeup: bool = False
+) -> Profile:
     """The profile `name` for a `platform` target, in the settings' function order."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; valid: {', '.join(PROFILES)}")
@@ -193,4 +202,5 @@ def build_profile(name: str, platform: str, settings: GadgetSettings) -> Profile
         functions=functions,
         config_label=config_label(name, tuple(f.instance for f in functions)),
         max_power=settings.max_power,
+        remote_wakeup=remote_wakeup,
     )

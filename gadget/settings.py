@@ -180,6 +180,15 @@ class GadgetSettings:
     settle_delay: float = _seconds(0.5, 0, 10)
     write_timeout: float = _seconds(0.75, 0.01, 10)
 
+    # Remote wakeup (bmAttributes 0xA0 and /sys/class/udc/<udc>/srp): "auto" where the UDC's
+    # driver implements it (gadget.usbstate.WAKE_DRIVERS), "on" for a patched kernel, "off".
+    remote_wakeup: str = _key(
+        "auto", {"enum": ["auto", "on", "off"]}, "one of auto, on (patched kernels), off"
+    )
+    # How often the UDC's state and is_selfpowered are re-read (gadget.usbstate: a suspend
+    # shows only in is_selfpowered on most UDCs, and that attribute is not notified).
+    state_poll_interval: float = _seconds(0.1, 0.01, 60)
+
     def __post_init__(self) -> None:
         # Invariants across keys; single-key checks live in the schema.
         if self.product_id_isolated == self.product_id_full:

@@ -15,6 +15,12 @@ A HidInvocation is one invocation's scope:
 - A call whose token is revoked while it waits for the flow never gets it (the catalog cuts
   it, and the flow checks again as it is let in); one that holds the flow plays its current
   program to the end, starts no other (token_revoked), and ends as any invocation does.
+- A target that sleeps (daemon/usb.py: its USB bus suspended) gets nothing: an invocation is
+  refused with target_suspended before it queues and again when the flow is its, unless it
+  wakes the target first ([input].wake_first, wake_target); a program the target falls asleep
+  under is cut at once (a report written then would wait in the gadget and arrive late). What
+  may be held then is released the moment the target is back, before anything else, so the
+  host sees at worst a whole press and release, never a key left down.
 - The engine is the one place that knows what is held (executor.Held) and releases it (one
   release program, [input].release_repeats / release_interval_ms): at an invocation's end,
   before a profile switch, at a start that inherits the host's state (release_everything) and
@@ -42,6 +48,7 @@ from daemon.engine.program import Point, Pointer, Program, Step
 from daemon.errors import ToolError
 from daemon.evidence import note
 from daemon.screen.geometry import HidMap
+from daemon.usb import UsbLink, suspended_error
 from gadget import reports
 from gadget.errors import GadgetError
 from gadget.profiles import FULL, ISOLATED, has_role
@@ -124,7 +131,7 @@ class HidInvocation:
         want = required_profile(program, self.engine.isolates)
         if want is not None:
             await self.engine.use_profile(want, self)
-        await self.engine.play(program)
+        await self.engine.play(program, self.tool)
 
     async def type_text(self, typed: Program, *, caps_sensitive: bool) -> dict[str, Any]:
         """Run a typing program planned for Caps Lock off, so the text comes out as planned
@@ -238,8 +245,10 @@ class InputEngine:
         cfg: InputConfig,
         platform: str,
         hid_map: Callable[[], HidMap] | None = None,
+        link: UsbLink | None = None,
     ) -> None:
         self.hid = hid
+        self.link = link or UsbLink()  # none given: a target that never sleeps
         self.profiles = profiles
         self.cfg = cfg
         self.platform = platform
@@ -259,15 +268,20 @@ class InputEngine:
         self._closed = False
         self._drag_timer: asyncio.TimerHandle | None = None
         self._drag_expiry: asyncio.Task[None] | None = None
+        self._resume_release: asyncio.Task[None] | None = None
+        self.link.listeners.append(self._usb_changed)
 
     # -- the flow ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def invocation(
-        self, tool: str, *, drag: DragRole = "none"
+        self, tool: str, *, drag: DragRole = "none", asleep_ok: bool = False
     ) -> AsyncIterator[HidInvocation]:
-        """Queue for the flow, then hold it for one invocation; its end cleans up, always."""
+        """Queue for the flow, then hold it for one invocation; its end cleans up, always.
+        A sleeping target refuses it (target_suspended) or, with [input].wake_first, is woken
+        first; `asleep_ok` lets it in as it is (wake_target)."""
         self._check_open()
+        self._check_awake(tool, asleep_ok)  # at once, not after queueing behind others
         async with self._flow:
             self._check_open()
             ticket = invocations.current.get()
@@ -276,8 +290,11 @@ class InputEngine:
                     raise invocations.token_revoked(tool)
                 ticket.driving = True  # from now on a revocation lets its gesture end
             self._check_drag(tool, drag)
+            self._check_awake(tool, asleep_ok)
             session = HidInvocation(self, tool)
             try:
+                if self.link.state == "suspended" and not asleep_ok:
+                    await self.wake()  # wake_first: woken, then the input goes once
                 yield session
                 if evidence.current.get() is not None:
                     # Evidence asked with the call: of the end state, before the flow is let go.
@@ -307,12 +324,15 @@ class InputEngine:
         m = reports.unpack_mouse(last)
         return Point(*self.pointer.map.from_abs(m.x, m.y))
 
-    async def play(self, program: Program) -> None:
-        """Execute a program with the write limit over the whole of it; errors become ToolErrors."""
+    async def play(self, program: Program, tool: str = "input") -> None:
+        """Execute a program with the write limit over the whole of it, cut when the target
+        falls asleep (target_suspended); errors become ToolErrors."""
+        if self.link.suspended.is_set():
+            raise suspended_error(tool)
         limit = (prog.duration_ms(program) + self.cfg.write_timeout_ms) / 1000
         try:
             async with asyncio.timeout(limit):
-                await execute(self.hid, program, self.held)
+                await self._unless_asleep(execute(self.hid, program, self.held), tool)
         except TimeoutError:
             raise ToolError(
                 "hid_write_timeout",
@@ -321,6 +341,55 @@ class InputEngine:
             ) from None
         except GadgetError as e:
             raise ToolError(e.code, e.message, retryable=e.retryable) from None
+
+    async def _unless_asleep(self, aw: Awaitable[T], tool: str) -> T:
+        """Await `aw`, cutting it when the target falls asleep meanwhile: the write it was in
+        is abandoned (its role stays held, released at the resume) and target_suspended is
+        raised."""
+        work = asyncio.ensure_future(aw)
+        asleep = asyncio.ensure_future(self.link.suspended.wait())
+        try:
+            await asyncio.wait((work, asleep), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this task is cancelled: nothing outlives it
+            asleep.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.wait((work,))
+        if work.cancelled():
+            log.warning("input_cut_by_suspend", tool=tool, holding=self.held.holding())
+            raise suspended_error(tool)
+        return work.result()
+
+    def _check_awake(self, tool: str, asleep_ok: bool) -> None:
+        self.link.refresh()
+        if self.link.state == "suspended" and not (asleep_ok or self.cfg.wake_first):
+            raise suspended_error(tool)
+
+    async def wake(self) -> dict[str, Any]:
+        """Wake the target (in the flow) and release whatever it may hold from before its
+        sleep, before any new input; ToolErrors say why it could not."""
+        result = await self.link.wake(self.cfg.wake_timeout_s)
+        result["released"] = await self.release_all(keep_pointer=self.drag is not None)
+        return result
+
+    def _usb_changed(self, old: str, new: str, raw: str) -> None:
+        """Back from a sleep with something maybe held (a report that waited in the gadget
+        arrives now): release it at once, in the flow (an invocation holding it does so
+        itself after its wake)."""
+        if old != "suspended" or new == "suspended" or self._closed:
+            return
+        if not self.held.holding():
+            return
+        if self._resume_release is None or self._resume_release.done():
+            self._resume_release = asyncio.ensure_future(self._release_in_flow())
+
+    async def _release_in_flow(self) -> None:
+        try:
+            async with self._flow:
+                released = await self.release_all(keep_pointer=self.drag is not None)
+                log.info("released_after_resume", released=released)
+        except Exception:  # a task nobody awaits: its fault is logged, never lost
+            log.exception("release_after_resume_failed")
 
     async def use_profile(self, name: str, session: HidInvocation | None = None) -> bool:
         """Make `name` live; after a real switch, wait the settle before any report."""
@@ -364,6 +433,12 @@ class InputEngine:
         held = self.held
         roles = [r for r in held.holding() if not (keep_pointer and r == "pointer")]
         if not roles:
+            return []
+        if self.link.suspended.is_set():
+            # Written now, a release would wait in the gadget (or be refused behind the report
+            # that does): it goes the moment the target is back (_usb_changed).
+            held.suspect(roles)
+            log.info("release_deferred_until_resume", roles=roles)
             return []
         releases = {role: held.release_report(role) for role in roles}
         program = prog.release_program(self.cfg, releases)

@@ -177,13 +177,39 @@ def tight(box: tuple[int, int, int, int], dark: Any) -> tuple[int, int, int, int
     """`box` shrunk to the ink inside it (kept as it is when it holds none). Why: the detector
     draws a line's box with a margin that depends on what else its input holds (how the frame
     was cut into bands, what is around), while the ink is the ink: tight boxes sit on the text
-    whatever the context, and their centers where a finger should land. Pure."""
+    whatever the context, and their centers where a finger should land.
+
+    A streak at the box's top or bottom, apart from the rest by blank rows, is not the line's:
+    ink() leaves such thin vertical streaks where its background changes (the opening's
+    antialiased edge beside large text, e.g. in a field above its text), and counting one
+    made a line's box reach as far as the detector's margin did, ~10 rows past the text on
+    the 'desktop huge' frame (issue 49). Pure."""
     x0, y0, x1, y1 = _clip(box, dark.shape)
     inside = dark[y0:y1, x0:x1]
-    rows, cols = np.flatnonzero(inside.any(axis=1)), np.flatnonzero(inside.any(axis=0))
+    rows = np.flatnonzero(inside.any(axis=1))
     if not len(rows):
         return box
-    return x0 + int(cols[0]), y0 + int(rows[0]), x0 + int(cols[-1]), y0 + int(rows[-1])
+    runs = np.split(rows, np.flatnonzero(np.diff(rows) > 1) + 1)  # ink rows, blank rows apart
+    while len(runs) > 1 and _streak(inside[runs[0]], cut=runs[0][0] == 0):
+        runs.pop(0)
+    while len(runs) > 1 and _streak(inside[runs[-1]], cut=runs[-1][-1] == len(inside) - 1):
+        runs.pop()
+    top, bottom = int(runs[0][0]), int(runs[-1][-1])
+    cols = np.flatnonzero(inside[top : bottom + 1].any(axis=0))
+    return x0 + int(cols[0]), y0 + top, x0 + int(cols[-1]), y0 + bottom
+
+
+STREAK_WIDTH = 2  # columns: ink() streaks are 1-2 wide; a glyph's detached part (a dot) is
+# about as tall as it is wide, a streak STREAK_RATIO times taller or more
+STREAK_RATIO = 3
+
+
+def _streak(block: Any, cut: bool) -> bool:
+    """Whether rows of ink (rows x columns, bool) are only a thin vertical streak; `cut`: the
+    box's edge cuts them, so they may be any part of a streak's height."""
+    cols = np.flatnonzero(block.any(axis=0))
+    width = int(cols[-1] - cols[0]) + 1
+    return width <= STREAK_WIDTH and (cut or len(block) >= STREAK_RATIO * width)
 
 
 def tightened(line: Line, dark: Any) -> Line:

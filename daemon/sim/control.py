@@ -19,6 +19,8 @@ ACTIONS = (
     "keyboard_on",
     "keyboard_off",
     "profile",
+    "suspend",
+    "resume",
 )
 
 
@@ -37,7 +39,8 @@ async def control(
 ) -> dict[str, Any]:
     """Apply one fault or observation and return the state afterwards.
 
-    Only `profile` takes an argument: {"name": "full" | "keyboard-isolated"}. Unknown actions
+    `profile` takes {"name": "full" | "keyboard-isolated"}; `suspend` takes an optional
+    {"wakeup": false} (the host did not enable remote wakeup; default true). Unknown actions
     and bad arguments raise ToolError tool_call_payload_invalid.
     """
     args = args or {}
@@ -53,6 +56,13 @@ async def control(
         target.set_animating(action == "animate_on")
     elif action in ("keyboard_on", "keyboard_off"):
         target.set_keyboard(action == "keyboard_on")
+    elif action == "suspend":
+        wakeup = args.get("wakeup", True)
+        if not isinstance(wakeup, bool):
+            raise _bad("suspend takes {'wakeup': true | false}")
+        target.suspend(wakeup=wakeup)
+    elif action == "resume":
+        target.resume()
     elif action == "profile":
         name = args.get("name")
         if name not in PROFILES:

@@ -34,6 +34,11 @@ What the virtual device does (simple but honest):
   shortcut with a modifier other than shift is swallowed by AssistiveTouch (recorded, no effect);
   in "keyboard-isolated" they work. While isolated the pointer node does not exist: pointer writes
   raise TargetNotAttached and no cursor is drawn.
+- USB suspend: suspend() is the target falling asleep (its bus suspended). As a real gadget, a
+  report written then waits, one per role, and reaches the host at the next resume(); a
+  further write is refused. remote_wakeup() resumes it shortly after, if the host enabled
+  remote wakeup at its suspend (suspend(wakeup=False): it did not, and stays asleep). Each
+  state change goes to `on_usb_state` with the UDC's state name.
 - Re-enumeration (profile switch, unplug/plug) takes `reenumerate_s`, during which writes fail;
   the host then forgets everything held (keys, buttons, contacts), recorded in the events.
 - Frames are rendered lazily, only when asked for, paced like a camera at `fps`; capture_off()
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -115,6 +121,11 @@ class SimTarget:
         self._capture = True
         self._animating = False
         self._counts = dict.fromkeys(ROLES, 0)
+        self._suspended = False
+        self._wakeup_enabled = False
+        self._queued: dict[str, bytes] = {}  # written while suspended: delivered at resume
+        self.on_usb_state: Callable[[str], None] | None = None
+        self.wake_delay_s = 0.02  # remote wakeup signalling and the host's resume
         self._renderer = Renderer()
         self._render_lock = asyncio.Lock()
         self._last: Frame | None = None
@@ -132,6 +143,14 @@ class SimTarget:
             raise TargetNotAttached("simulated target is re-enumerating")
         if not has_role(self.profile, role):
             raise TargetNotAttached(f"no {role} in the {self.profile} profile")
+        if self._suspended:
+            if role in self._queued:
+                raise TargetNotAttached(f"simulated target is suspended: {role} report not taken")
+            self._queued[role] = report
+            return
+        self._deliver(role, report)
+
+    def _deliver(self, role: str, report: bytes) -> None:
         now = time.monotonic()
         dev = self._device
         if role == "keyboard":
@@ -298,10 +317,23 @@ class SimTarget:
 
     # ---- faults and observation ------------------------------------------------------------
 
+    def _usb_state(self, raw: str) -> None:
+        if self.on_usb_state is not None:
+            self.on_usb_state(raw)
+
+    @property
+    def usb_state(self) -> str:
+        if not self._attached:
+            return "not attached"
+        return "suspended" if self._suspended else "configured"
+
     def unplug(self) -> None:
         self._attached = False
+        self._suspended = False
+        self._queued.clear()
         self._device.release_all("unplug")
         log.info("sim_unplugged")
+        self._usb_state("not attached")
 
     def plug(self) -> None:
         if not self._attached:
@@ -309,6 +341,31 @@ class SimTarget:
             self._reenumerate("plug")
             self._enumerated()
             log.info("sim_plugged")
+            self._usb_state("configured")
+
+    def suspend(self, *, wakeup: bool = True) -> None:
+        """The target sleeps; `wakeup`: its host enabled remote wakeup."""
+        if not self._attached or self._suspended:
+            return
+        self._suspended, self._wakeup_enabled = True, wakeup
+        log.info("sim_suspended", wakeup_enabled=wakeup)
+        self._usb_state("suspended")
+
+    def resume(self) -> None:
+        """The target wakes: what waited in the gadget reaches it first (as on a real bus)."""
+        if not self._suspended:
+            return
+        self._suspended = False
+        queued, self._queued = self._queued, {}
+        for role, report in queued.items():
+            self._deliver(role, report)
+        log.info("sim_resumed", delivered_late=sorted(queued))
+        self._usb_state("configured")
+
+    async def remote_wakeup(self) -> None:
+        """The gadget signals remote wakeup: answered only if the host enabled it."""
+        if self._suspended and self._wakeup_enabled:
+            asyncio.get_running_loop().call_later(self.wake_delay_s, self.resume)
 
     def capture_off(self) -> None:
         self._capture = False
@@ -342,6 +399,8 @@ class SimTarget:
             "profile": self.profile,
             "switches": self.switches,
             "attached": self._attached,
+            "usb_state": self.usb_state,
+            "queued_while_suspended": sorted(self._queued),
             "capture": self._capture,
             "animating": self._animating,
             "keyboard": self._device.show_keyboard,

@@ -4,7 +4,6 @@ reads a certificate, and run_child, the daemon's side of it. Only this module im
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import ipaddress
 import json
@@ -15,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from daemon.private_files import write_private
+from daemon.private_files import set_aside, write_private
 from daemon.tls.certinfo import CertInfo, TlsError, certificate_sha256, pin, read_pem
 
 CHILD_TIMEOUT_S = 300.0  # an emulated or very slow board takes seconds to import cryptography
@@ -59,15 +58,27 @@ def make(
     key_path: Path, cert_path: Path, names: Iterable[str], common_name: str, days: float
 ) -> dict[str, Any]:
     """A self-signed certificate for `names` ("DNS:x", "IP:y"), signed by the key in key_path
-    (made when missing or unreadable: ECDSA P-256). Its CertInfo's dict, and new_key."""
+    (made when missing or unreadable: ECDSA P-256; an unreadable one is set aside). Its
+    CertInfo's dict, new_key, and damaged_key (reason, kept_as) when one was set aside."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     key: Any = None
-    with contextlib.suppress(OSError, ValueError, TypeError):
+    damaged: dict[str, str | None] = {}
+    try:
         key = serialization.load_pem_private_key(read_pem(key_path), password=None)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, TypeError) as exc:
+        damaged["reason"] = f"{type(exc).__name__}: {exc}"
+    if key is not None and not isinstance(key, ec.EllipticCurvePrivateKey):
+        damaged["reason"] = f"not an ECDSA key: {type(key).__name__}"
+    if damaged:  # a cut or a hand left it unusable: kept for reading, never overwritten
+        kept = set_aside(key_path, damaged["reason"] or "")
+        damaged["kept_as"] = str(kept) if kept else None
+        key = None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         key = ec.generate_private_key(ec.SECP256R1())
         pem = key.private_bytes(
@@ -120,7 +131,8 @@ def make(
     )
     data = cert.public_bytes(serialization.Encoding.PEM)
     write_private(cert_path, data)
-    return {**_describe(cert, hashlib.sha256(data).hexdigest()), "new_key": new_key}
+    described = _describe(cert, hashlib.sha256(data).hexdigest())
+    return {**described, "new_key": new_key, "damaged_key": damaged or None}
 
 
 def _utc(epoch: float) -> Any:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from daemon.private_files import note_damaged, report_damaged
 from daemon.tls.certinfo import (
     CertInfo,
     TlsError,
@@ -190,11 +191,17 @@ class Tls:
                 info = read_info(cert, cache)
             except TlsError as exc:
                 reason = f"unreadable ({exc})"
+                # A cut or a hand damaged it: kept for reading, a new one made with the key.
+                report_damaged(cert, str(exc), "a new certificate is made (same key if usable)")
         if info is not None:
             if info.ends_within(RENEW_DAYS, time.time()):
                 reason = "renewal"
             elif list(info.names) != names:
                 reason = "its names changed"
+            elif mismatch := _unusable(cert, key):
+                # A cut between writing a new key and its certificate leaves a pair that does
+                # not match: made again (with the key when it is usable) rather than no start.
+                reason = f"its key does not fit ({mismatch})"
             else:
                 return info
         made = run_child(
@@ -209,6 +216,15 @@ class Tls:
         )
         new = CertInfo.from_dict(made)
         remember(cache, new)
+        damaged = made.get("damaged_key")
+        if damaged:
+            kept = damaged.get("kept_as")
+            note_damaged(
+                key,
+                str(damaged.get("reason")),
+                Path(kept) if kept else None,
+                "a NEW key and certificate were made: the fingerprint changed, pin it again",
+            )
         (log.warning if made.get("new_key") and info is not None else log.info)(
             "tls_certificate_made",
             reason=reason,
@@ -229,3 +245,12 @@ class Tls:
         if self.last_error:
             out["last_reload_error"] = self.last_error
         return out
+
+
+def _unusable(cert: Path, key: Path) -> str:
+    """Why the pair cannot serve (the key is not the certificate's, or unreadable), or ""."""
+    try:
+        server_context(cert, key)
+    except TlsError as exc:
+        return str(exc)
+    return ""

@@ -3,14 +3,13 @@ cached beside it keyed by the file's SHA-256 (an ordinary start runs no child)."
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from pathlib import Path
 
 import structlog
 
-from daemon.private_files import write_private
+from daemon.private_files import read_state, write_private
 from daemon.tls.certinfo import CertInfo, TlsError, read_pem
 from daemon.tls.child import run_child
 
@@ -28,17 +27,24 @@ def read_info(cert: Path, cache: Path) -> CertInfo:
         digest = hashlib.sha256(read_pem(cert)).hexdigest()
     except (OSError, ValueError) as exc:
         raise TlsError(f"cannot read the certificate {cert}: {exc}") from None
-    # A damaged cache (any content at all) is a miss: the child reads the certificate again.
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
-        cached = CertInfo.from_dict(json.loads(read_pem(cache)))
-        if cached.file_sha256 == digest:
-            return cached
+    # A damaged cache (any content at all) is a miss, set aside: the child reads the
+    # certificate again. One of another certificate is a plain miss (a cut between the two).
+    cached = read_state(cache, _parse_info, "the certificate is read again and the cache rebuilt")
+    if cached is not None and cached.file_sha256 == digest:
+        return cached
     try:
         info = CertInfo.from_dict(run_child({"op": "inspect", "cert": str(cert)}))
     except TlsError as exc:
         raise TlsError(f"{cert} holds no usable certificate: {exc}") from None
     remember(cache, info)
     return info
+
+
+def _parse_info(data: bytes) -> CertInfo:
+    try:
+        return CertInfo.from_dict(json.loads(data))
+    except (KeyError, TypeError, RecursionError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a certificate's info: {type(exc).__name__}") from None
 
 
 def remember(cache: Path, info: CertInfo) -> None:

@@ -334,6 +334,7 @@ async function pollDriving() {
           const live = await resp.json();
           showDriving(live.running);
           showGeometry(live.screen);
+          showUsb(live.usb);
         }
       } catch { /* the daemon is restarting: try again */ }
     }
@@ -360,6 +361,20 @@ function showGeometry(g) {
   $("geometry").textContent =
     `screen ${s.width}×${s.height} at ${s.x},${s.y} of the ${g.frame.width}×${g.frame.height} ` +
     `frame · ${g.orientation} · ${g.source} · the pointer spans the ${g.hid_span}`;
+}
+
+// The target's USB link when it is not simply configured: a sleeping target gets no input.
+const USB_WORDS = {
+  suspended: "target asleep (USB suspended): input is refused; wake_target wakes it",
+  attached: "target enumerating the USB device",
+  not_attached: "target not connected",
+};
+
+function showUsb(usb) {
+  const badge = $("usb-state");
+  const words = usb ? USB_WORDS[usb.state] : undefined;
+  badge.hidden = !words;
+  badge.textContent = words || "";
 }
 
 function startTakeover() {

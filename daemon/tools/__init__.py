@@ -23,10 +23,10 @@ def new_catalog(config: Config) -> Catalog:
 
 
 def register_tools(catalog: Catalog, rt: Runtime) -> None:
-    from daemon.tools import calibration, input, media, screen, shell, system, text
+    from daemon.tools import calibration, input, media, screen, shell, system, text, usb
 
     rt.auth.on_revoke(catalog.running.revoke)  # a rotated token's queued calls never start
     rt.auth.on_revoke(rt.engine.revoke)  # and a drag it holds is undone
-    for module in (system, shell, screen, input, text, calibration, media):
+    for module in (system, shell, screen, input, usb, text, calibration, media):
         for spec in module.tools(rt):
             catalog.register(spec)

@@ -76,7 +76,9 @@ def health_tool(rt: Runtime) -> ToolSpec:
         "with the source's timings, and for an HDMI bridge the EDID it was given), and the "
         "keyboard: the "
         f"target's layout ({rt.config.device.layout.label}) and its Caps/Num/Scroll Lock as "
-        "its last LED report set them (null before its first), the live stream's viewers, "
+        "its last LED report set them (null before its first), the USB link (usb.state: "
+        "not_attached, attached, configured or suspended while the target sleeps; "
+        "usb.can_wake: whether wake_target can wake it, and why), the live stream's viewers, "
         "delivered fps and dropped frames, on-device OCR (on or off, its worker process "
         "running or stopped, its last failure), the screen geometry (where the target's screen "
         "is inside the captured frame, its orientation, whether detected, configured or the "
@@ -101,6 +103,7 @@ def health_tool(rt: Runtime) -> ToolSpec:
                 "capture": {"type": "object"},
                 "keyboard": {"type": "object"},
                 "hid": {"type": "object"},
+                "usb": {"type": "object"},
                 "trace": {"type": "object"},
                 "stream": {"type": "object"},
                 "ocr": {"type": "object"},

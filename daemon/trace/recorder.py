@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import queue
+import secrets
 import sqlite3
 import threading
 import time
@@ -241,6 +242,8 @@ class Recorder:
         self.pruned = 0  # records gone by age or size since the start
         self.disabled_reason = "" if config.enabled else "disabled in the config ([trace].enabled)"
         self._thread: threading.Thread | None = None
+        # The file found damaged at start and moved aside (file, reason, kept_as), if any.
+        self.set_aside: dict[str, str | None] = {}
         self.ready = False  # the database exists and is migrated: readers may open it
         # Done once `ready` is decided either way (made by start(), on the event loop): a reader
         # right after the daemon's start, the writer still opening the file, awaits it instead
@@ -291,6 +294,23 @@ class Recorder:
         except queue.Full:
             self.dropped += 1
 
+    def usb_changed(self, old: str, new: str, raw: str) -> None:
+        """A USB state change (the target slept, woke, was unplugged): a record of its own,
+        tool `usb_state` from transport `daemon`, so a history shows why input was refused."""
+        self.observe(
+            Invocation(
+                id=secrets.token_hex(16),
+                tool="usb_state",
+                transport="daemon",
+                client="",
+                args={"state": new, "was": old, "udc_state": raw},
+                started_at=time.time(),
+                duration_ms=0,
+                outcome="ok",
+                error_code=None,
+            )
+        )
+
     def status(self) -> dict[str, Any]:
         """The health_check field."""
         out: dict[str, Any] = {
@@ -301,6 +321,8 @@ class Recorder:
         }
         if self.disabled_reason:
             out["reason"] = self.disabled_reason
+        if self.set_aside:
+            out["set_aside"] = dict(self.set_aside)
         return out
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -316,7 +338,7 @@ class Recorder:
     def _run(self, settle: Callable[[], None]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = store.open_writer(self.path, self.max_bytes)  # 0600 with its WAL: audit data
+            conn = self._open()
             ledger = store.Ledger(conn)
             self.ready = True
         except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse: said once
@@ -349,6 +371,24 @@ class Recorder:
                     return
         finally:
             conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        """The writer's connection (0600 with its WAL: audit data). A file that fails its
+        integrity check (a cut, a bad SD card) is set aside, kept for reading, and a new one
+        started: recording never needs a hand to repair it."""
+        try:
+            return store.open_writer(self.path, self.max_bytes)
+        except store.Damaged as exc:
+            kept = store.set_aside(self.path)
+            self.set_aside = {
+                "file": str(self.path),
+                "reason": str(exc),
+                "kept_as": str(kept) if kept else None,
+            }
+            log.error("trace_file_set_aside", **self.set_aside, consequence="a new trail starts")
+            if kept is None:
+                raise
+            return store.open_writer(self.path, self.max_bytes)
 
     def _write(self, conn: sqlite3.Connection, ledger: store.Ledger, rows: list[store.Row]) -> None:
         """Room first (age, then each share within its part of the cap), then the batch: the

@@ -1,7 +1,7 @@
 """The live view's routes: GET /api/stream, /api/snapshot (daemon/screen/stream.py does the
 work) and GET /api/live, which the Tool Lab polls for the stream's counters and the invocations
-running now (its "driving" badge) and the screen geometry (the stream is the target's screen,
-cut out of the captured frame).
+running now (its "driving" badge), the screen geometry (the stream is the target's screen,
+cut out of the captured frame) and the USB link's state (a badge while the target sleeps).
 
 Who may watch is declared with each route and checked by the one wrapper
 (daemon.transports.routes: Caller.admit, the rule of every data route of the port): nothing
@@ -32,9 +32,11 @@ def routes(
     auth: Auth,
     running: Running,
     screen: Callable[[], dict[str, Any]] | None = None,
+    usb: Callable[[], dict[str, Any]] | None = None,
 ) -> list[Route]:
     """GET /api/stream, /api/snapshot and /api/live (viewers, the running invocations and,
-    given `screen`, where the streamed screen sits in the captured frame)."""
+    given `screen`, where the streamed screen sits in the captured frame; given `usb`, the USB
+    link's state: the Tool Lab shows a sleeping target)."""
 
     async def stream(request: web.Request, caller: Caller) -> web.StreamResponse:
         params = parse_params(request.query, hub.config)
@@ -62,6 +64,8 @@ def routes(
         body = {"stream": hub.metrics(), "running": running.snapshot()}
         if screen is not None:
             body["screen"] = screen()
+        if usb is not None:
+            body["usb"] = usb()
         return web.json_response(body)
 
     return [

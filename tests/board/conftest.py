@@ -63,16 +63,33 @@ class GuestStream:
         self._reconnects_file = log.parent / "ssh-reconnects.txt"  # run.py prints the count
         self._parse = parse
         props = ["CPUSchedulingPolicy=fifo", "CPUSchedulingPriority=50"] if realtime else []
-        board.run(
+        self._start_unit = (
             f"systemd-run --unit={self.unit} --quiet "
             + "".join(f"--property={p} " for p in props)
             + f"--property=StandardOutput=truncate:{self.out} "
             f"--property=StandardError=file:/run/{self.unit}.err "
             f"/bin/sh -c {shlex.quote(command)}"
         )
+        self._launch()
+
+    def _launch(self) -> None:
+        self.board.run(self._start_unit)
         self._proc = self._follow()
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
+
+    def restart(self) -> None:
+        """After the board booted again (a power cut): the helper's unit and its output in /run
+        went with the old boot. It starts again and is followed from its new output's first
+        line; the lines seen so far stay (marks taken before remain valid)."""
+        self._closing = True
+        if self._proc.poll() is None:
+            self._proc.terminate()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), f"{self.unit}: the old follower did not stop"
+        self._closing = False
+        self._count = 0
+        self._launch()
 
     def _follow(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -101,11 +118,15 @@ class GuestStream:
                     self.lines.append(line)
                     self._cond.notify_all()
             self._proc.wait()
-            if self._closing or self.board.proc is None or self.board.proc.poll() is not None:
+            # (poll() answers None while another thread waits on QEMU: hence `down` too)
+            board = self.board
+            if self._closing or board.down or board.proc is None or board.proc.poll() is not None:
                 break
             with self._cond:
                 self.reconnects += 1
             time.sleep(1)  # a retry's pause: the VM may be busy or its sshd restarting
+            if self._closing:
+                break
             self._proc = self._follow()
         with self._cond:
             self._cond.notify_all()
@@ -209,7 +230,8 @@ def board(workdir: Path) -> Iterator[board_vm.BoardVM]:
         try:
             yield vm
         finally:
-            journal = vm.run("journalctl -b --no-pager -o short-monotonic", check=False)
+            # Every boot's the guest kept (a power cut boots again; the cut test keeps its own).
+            journal = vm.run("journalctl --no-pager -o short-monotonic", check=False)
             (workdir / "journal.txt").write_text(journal.stdout)
 
 

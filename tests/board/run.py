@@ -1,10 +1,11 @@
 """Board VM runner: `make board-test`, the last step of `make test`.
 
 Builds (or finds) the cached image, then runs tests/board with pytest: one QEMU boot, `make
-deploy` onto it, the five checks of issue 9. Where the tier cannot run (not root, no apt, not
-x86_64 Linux) it prints one loud SKIPPED line, or fails under CI=true, as the kernel tier
-does. Prints the deploy transcript, the sandbox's exposure score and the wall time; keeps the
-run's console log, journal, transcripts and events in test-artifacts/board/run-*/.
+deploy` onto it, the checks of issue 9, then a power cut and a boot of the same disk (issue 46;
+BOARD_POWER_CUTS of them). Where the tier cannot run (not root, no apt, not x86_64 Linux) it
+prints one loud SKIPPED line, or fails under CI=true, as the kernel tier does. Prints the
+deploy transcript, the sandbox's exposure score, the power cuts' lines and the wall time; keeps
+the run's console logs, journal, transcripts and events in test-artifacts/board/run-*/.
 Extra arguments go to pytest (BOARD_TEST_ARGS through make, e.g. "-x" or "-k 'ecm'").
 """
 
@@ -37,28 +38,9 @@ def main(argv: list[str]) -> int:
     run = kernel_run.new_run_folder(ARTIFACTS)
     junit = run / "junit.xml"
     args = argv or shlex.split(os.environ.get("BOARD_TEST_ARGS", ""))
-    cmd = [
-        sys.executable, "-m", "pytest", str(HERE), "-v", "-p", "no:cacheprovider",
-        "-o", "junit_family=xunit1", f"--junitxml={junit}", "--durations=6", *args,
-    ]  # fmt: skip
-    print(f"board VM: {' '.join(cmd[2:])}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
-    # A SIGTERM from CI: pytest (conftest) turns it into an interrupt and tears the VM down.
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    try:
-        code = proc.wait(TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        print(f"board VM: stopped after {TIMEOUT_S:.0f} s", flush=True)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # QEMU dies with it (PR_SET_PDEATHSIG)
-            proc.wait()
-        code = 1
-    except KeyboardInterrupt:
-        proc.wait()
-        code = 130
+    code = pytest_run(run, junit, [str(HERE), *args])
+    if (run / "power-cuts.txt").exists():  # one line a cut (tests/board/power_cut.py)
+        print((run / "power-cuts.txt").read_text(), end="")
     transcripts = {
         "deploy.log": "the first deploy",
         "deploy-again.log": "the same deploy again (idempotent)",
@@ -82,6 +64,31 @@ def main(argv: list[str]) -> int:
     print(f"board VM artifacts: {run.relative_to(PROJECT)}")
     print(f"board VM wall time: {wall:.0f} s (image check, boot, deploy, checks, power off)")
     return code
+
+
+def pytest_run(run: Path, junit: Path, args: list[str]) -> int:
+    cmd = [
+        sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+        "-o", "junit_family=xunit1", f"--junitxml={junit}", "--durations=6", *args,
+    ]  # fmt: skip
+    print(f"board VM: {' '.join(cmd[2:])}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env={**os.environ, "FINGERTIP_BOARD_RUN": str(run)})
+    # A SIGTERM from CI: pytest (conftest) turns it into an interrupt and tears the VM down.
+    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    try:
+        return proc.wait(TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"board VM: stopped after {TIMEOUT_S:.0f} s", flush=True)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # QEMU dies with it (PR_SET_PDEATHSIG)
+            proc.wait()
+        return 1
+    except KeyboardInterrupt:
+        proc.wait()
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ from the "phone" (a network namespace inside the guest holding the target's end 
 link), with the guest's USB host side as the target's eyes. The checks run in order on one
 boot; each builds on the state the one before left: 1 deploy (again: idempotent; with a bad
 config: stops, the daemon keeps running), 2 service and gadget up, 3 tools API and DNS-SD over
-ECM, 4 iOS chord isolation (found again by DNS-SD after it), 5 SIGKILL mid-isolation, 6 stop
-(no longer announced) and undeploy.
+ECM, 4 iOS chord isolation (found again by DNS-SD after it), 5 SIGKILL mid-isolation, 6 a power
+cut mid-workload and the boot after it (power_cut.py), 7 stop (no longer announced) and undeploy.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import re
 import shlex
 import subprocess
@@ -23,8 +24,9 @@ from typing import Any
 
 import cv2
 import numpy as np
+import power_cut
 import pytest
-from conftest import PROJECT, GuestStream
+from conftest import HERE, PROJECT, GuestStream
 from vm import BoardVM
 
 from daemon import known_boards
@@ -781,7 +783,62 @@ def test_5_sigkill_mid_isolation_restarts_with_full_profile(
     assert no_key_held(board) == []
 
 
-def test_6_make_undeploy_removes_it_and_keeps_the_config(
+def test_6_power_cut_mid_workload_loses_nothing(
+    board: BoardVM,
+    workdir: Path,
+    deployed: dict[str, Any],
+    recorder: GuestStream,
+    phone_link: GuestStream,
+    record_property: Any,
+) -> None:
+    """The board deployed and checked above loses its power mid-workload (BOARD_POWER_CUTS
+    times, one by default) and boots again from the same disk: power_cut.py says what each
+    boot must show. No boot or deploy of its own: ~2-3 min of an idle machine's VM time."""
+    start = time.monotonic()
+    seed = int(os.environ.get("POWER_CUT_SEED", str(time.time_ns() % 10**9)))
+    rng = random.Random(seed)
+    # The usual start: the running daemon's last one (5's restart), by systemd's stamps.
+    usual, _ = power_cut.wait_active(board)
+    before = power_cut.pair(board)
+    known = power_cut.Known(usual, {before["token"].strip()}, {before["fingerprint"]})
+    board.put(HERE / "guest" / "power-cut-workload.py", power_cut.WORKLOAD, "0755")
+    # What the guest logged before the first cut (its journal may not outlive one).
+    journal = board.run("journalctl -b --no-pager -o short-monotonic", check=False)
+    (workdir / "journal-before-cut.txt").write_text(journal.stdout)
+    power_cut.say(
+        board,
+        f"power cuts: {power_cut.CUTS} (POWER_CUT_SEED={seed}), loss window "
+        f"{power_cut.WINDOW_S} s, usual start {usual:.0f} s",
+    )
+    failures = []
+    for cut in range(1, power_cut.CUTS + 1):
+        problems = power_cut.cut_once(board, rng, cut, known)
+        if problems:
+            failures.append(f"cut {cut}: {'; '.join(problems)}")
+            if board.proc is None or board.proc.poll() is not None:
+                break  # the board did not come back: nothing more to cut
+    cuts_s = time.monotonic() - start
+    record_property("power_cuts_s", f"{cuts_s:.0f} for {power_cut.CUTS} cut(s)")
+    assert board.proc is not None and board.proc.poll() is None, "\n".join(failures)
+    # The guest's helpers went with the boot: started again for the checks after this one,
+    # which also see the token and certificate the workload left.
+    since = recorder.mark(), phone_link.mark()
+    recorder.restart()
+    phone_link.restart()
+    recorder.wait_for(lambda ls: any(x.get("ready") for x in ls), "the recorder", 60, since[0])
+    phone_link.wait_for(
+        lambda ls: any(x.startswith("phone-link: ready") for x in ls),
+        "the phone's link keeper",
+        60,
+        since[1],
+    )
+    now = power_cut.pair(board)
+    deployed["token"], deployed["pin"] = now["token"].strip(), now["fingerprint"]
+    board.run(f"cat > {PIN_FILE}", input=now["fingerprint"])
+    assert not failures, "\n".join(failures)
+
+
+def test_7_make_undeploy_removes_it_and_keeps_the_config(
     board: BoardVM, workdir: Path, deployed: dict[str, Any], recorder: GuestStream
 ) -> None:
     # Stopped, the board is no longer announced (the gadget, and so the link, stay up).

@@ -179,3 +179,21 @@ def test_the_live_view_is_the_screen_inside_an_hdmi_frame(
     pointer = d.sim_state()["pointer"]
     assert abs(pointer["x"] - tx) <= 6 and abs(pointer["y"] - ty) <= 6, (pointer, (tx, ty))
     page.close()
+
+
+def test_the_usb_badge_shows_a_sleeping_target(
+    make_daemon: Callable[..., DaemonProcess], browser: Browser
+) -> None:
+    """/api/live's usb: the badge says the target sleeps and names wake_target, and goes when
+    it is awake again."""
+    d = make_daemon(FAST_INPUT)
+    page = open_lab(d, browser)
+    badge = page.locator("#usb-state")
+    expect(badge).to_be_hidden()
+    d.post_json("/api/sim/suspend")
+    expect(badge).to_be_visible(timeout=10000)
+    expect(badge).to_contain_text("target asleep")
+    expect(badge).to_contain_text("wake_target")
+    d.post_json("/api/sim/resume")
+    expect(badge).to_be_hidden(timeout=10000)
+    page.close()

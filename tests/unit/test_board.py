@@ -473,3 +473,26 @@ async def test_a_release_goes_on_past_a_role_whose_host_stopped_reading(
         await b.close()
         os.close(filler)
         os.close(reader)
+
+
+async def test_the_usb_link_part_follows_the_udc_between_start_and_close(
+    settings: GadgetSettings, host: FakeHost
+) -> None:
+    """start() reads the UDC's state once; follow_link (the daemon's "usb link" part) follows
+    it with its watcher thread until it is stopped, before the backend closes."""
+    b = board(settings, host)
+    await b.start()
+    try:
+        assert b.link.state == "configured"
+        following = b.follow_link()
+        await anext(following)
+        host._set_state("suspended")  # the FAKE UDC: a plain file, read at the watcher's interval
+        await eventually(lambda: b.link.state == "suspended")
+        assert b.link.state == "suspended" and b.link.suspended.is_set()
+        host._set_state("configured")
+        await eventually(lambda: b.link.state == "configured")
+        assert b.link.state == "configured"
+        assert await anext(following, None) is None  # the part stops: the watcher is gone
+        assert not any(t.name == "udc-state" for t in threading.enumerate())
+    finally:
+        await b.close()

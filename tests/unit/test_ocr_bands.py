@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from daemon.screen.ocr import engine_installed
@@ -99,6 +99,27 @@ def test_a_box_is_drawn_tight_around_its_ink() -> None:
     assert tight((-5, -5, 300, 300), dark) == (30, 40, 89, 51)  # past the frame: clipped
 
 
+def test_a_thin_streak_apart_from_the_text_is_not_the_lines() -> None:
+    """ink() leaves 1-2 px vertical streaks where its background changes (issue 49: in the
+    'desktop huge' frame's fields, 10 rows above the text, inside the detector's margin)."""
+    dark = np.zeros((100, 200), bool)
+    dark[40:52, 30:90:3] = True  # the text
+    dark[26:36, 60:62] = True  # a streak above it, blank rows apart
+    assert tight((20, 20, 110, 70), dark) == (30, 40, 87, 51)
+    assert tight((20, 30, 110, 70), dark) == (30, 40, 87, 51)  # cut by the box: any height
+    dark[56:66, 80] = True  # and one below
+    assert tight((20, 20, 110, 70), dark) == (30, 40, 87, 51)
+    dark[36:40, 60:62] = True  # joined to the text: the line's (a tall letter's stem)
+    assert tight((20, 20, 110, 60), dark) == (30, 26, 87, 51)
+    dot = np.zeros((100, 200), bool)
+    dot[40:52, 30:90:3] = True
+    dot[36:38, 45:47] = True  # a dot over an i: as wide as it is tall, the line's
+    assert tight((20, 20, 110, 70), dot) == (30, 36, 87, 51)
+    alone = np.zeros((100, 200), bool)
+    alone[30:40, 60] = True  # nothing but a streak: what there is
+    assert tight((20, 20, 110, 70), alone) == (60, 30, 60, 39)
+
+
 @pytest.fixture(scope="module")
 def readers() -> tuple[Any, Any]:
     """The engine as the daemon runs it, and one that detects any region in one run."""
@@ -110,46 +131,60 @@ def readers() -> tuple[Any, Any]:
 
 
 DESKTOPS = {s.name: s for s in desktop_screens()}
-EDGE = 4  # rows: a line this near the region's top or bottom is cut by the region
+# Rows: a line this near the region's top or bottom is left out of the comparison, as ink()
+# sees it differently there (its windows reach past the region's edge: POLARITY_WINDOW / 2).
+EDGE = 32
+_whole_reads: dict[str, list[Any]] = {}
+
+
+def whole_read(whole: Any, frame: str) -> list[Any]:
+    """The frame's lines, read whole in one detection run: once per frame, not per region."""
+    if frame not in _whole_reads:
+        _whole_reads[frame] = whole.read(DESKTOPS[frame].image)
+    return _whole_reads[frame]
 
 
 @needs_engine
-@pytest.mark.xfail(
-    reason="issue 49, open: on the 'desktop huge' frame, rows 0-410, the banded read draws "
-    "'Name Address Country 2' from row 120 where the whole read starts it at 116 (4 rows of "
-    "ink cut at a band edge); no line is read twice",
-    strict=False,
-)
-@settings(max_examples=24, deadline=None, derandomize=True, database=None)
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
 @given(
     frame=st.sampled_from(sorted(DESKTOPS)),
-    height=st.integers(100, 560),
+    height=st.integers(128, 560),
     offset=st.floats(0, 1),
 )
+# The two regions where the banded read once drew a line 4 rows short (issue 49): each
+# line's box reached a 1-2 px ink streak above the text in one read and not in the other.
+@example(frame="desktop huge", height=410, offset=0.0)
+@example(frame="desktop huge", height=465, offset=1.0)
 def test_a_banded_read_gives_each_line_once_and_whole(
     readers: tuple[Any, Any], frame: str, height: int, offset: float
 ) -> None:
     """Property: a full-width region of a desktop frame, of any height at any offset, read in
-    bands gives the lines a read of the region in one detection run gives, each once and with
-    its whole height (issue 49: a line cut by two band edges was read twice, 1 region in 4)."""
+    bands gives the lines the whole frame read in one detection run gives, each once and with
+    its whole height (issue 49: a line cut by two band edges was read twice, 1 region in 4).
+    The frame's read is the reference for every region of it, and costs one read per frame."""
     banded, whole = readers
     top = round(offset * (768 - height))
     region = DESKTOPS[frame].image[top : top + height]
     banded._lines, banded._ocr.text_det._bands = {}, {}
-    got, want = banded.read(region), whole.read(region)
-    assert banded._ocr.text_det.counts["bands"] > 0  # the banded path was taken
+    bands_before = banded._ocr.text_det.counts["bands"]
+    got = banded.read(region)
+    assert banded._ocr.text_det.counts["bands"] > bands_before  # the banded path was taken
     where = f"{frame}, rows {top}-{top + height}"
     for i, a in enumerate(got):
         for b in got[i + 1 :]:
             assert not overlap(a.box, b.box), f"read twice ({where}): {a}, {b}"
-    for line in want:
-        if line.box[1] < EDGE or line.box[3] > height - 1 - EDGE:
-            continue  # cut by the region itself: what is read of it varies with the context
-        seen = [g for g in got if overlap(g.box, line.box)]
-        assert len(seen) == 1, f"{line.text!r} read {len(seen)} times ({where}): {seen}"
+    want = [
+        (line.text, (x0, y0 - top, x1, y1 - top))
+        for line in whole_read(whole, frame)
+        for x0, y0, x1, y1 in [line.box]
+        if y0 >= top + EDGE and y1 < top + height - EDGE
+    ]
+    for text, box in want:
+        seen = [g for g in got if overlap(g.box, box)]
+        assert len(seen) == 1, f"{text!r} read {len(seen)} times ({where}): {seen}"
         (g,) = seen
-        assert g.box[1] <= line.box[1] + 2 and g.box[3] >= line.box[3] - 2, (
-            f"{line.text!r} cut ({where}): {g.box} against {line.box}"
+        assert g.box[1] <= box[1] + 2 and g.box[3] >= box[3] - 2, (
+            f"{text!r} cut ({where}): {g.box} against {box}"
         )
 
 

@@ -50,4 +50,7 @@ def test_an_empty_token_file_found_there_becomes_private(tmp_path: Path) -> None
     (tmp_path / TOKEN_FILE).write_text("")  # 0644: os.open's 0600 counts only when it creates
     token = load_or_create_token(config)
     assert (tmp_path / TOKEN_FILE).read_text() == token + "\n"
-    assert modes(tmp_path) == {TOKEN_FILE: "0o600"}
+    # The empty one is set aside as it was (tests/unit/test_power_cut.py), the new one 0600.
+    found = modes(tmp_path)
+    assert found.pop(TOKEN_FILE) == "0o600"
+    assert [name.startswith(f"{TOKEN_FILE}.damaged-") for name in found] == [True]

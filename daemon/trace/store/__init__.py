@@ -4,8 +4,9 @@ and pruning (write), and reads (read); their names are this package's too.
 Standard library only (sqlite3, json, tarfile, zlib): the `fingertip trace` CLI reads through
 this package without loading the daemon. WAL mode, so readers (the HTTP API, the CLI) never block
 the one writer (recorder.Recorder's thread) and a SIGKILL mid-write loses at most the
-transaction in flight. The schema's version is SQLite's user_version; MIGRATIONS[n] brings
-version n to n+1.
+transaction in flight; synchronous=FULL, so a power cut loses at most that too (write.py), and a
+file that fails its check at open is set aside for reading and a new one started. The schema's
+version is SQLite's user_version; MIGRATIONS[n] brings version n to n+1.
 
 Bounded by design, whatever the file holds (docs/flight-recorder.md):
 - The size cap is split in two shares. The trail (`trusted` rows: calls that ran for a caller
@@ -53,15 +54,19 @@ from daemon.trace.store.schema import (
 )
 from daemon.trace.store.write import (
     PRUNE_TO,
+    SYNCHRONOUS,
     UNTRUSTED_SHARE,
+    Damaged,
     Ledger,
     Row,
     caps,
+    check,
     file_bytes,
     give_back,
     insert,
     open_writer,
     prune,
+    set_aside,
     used_bytes,
 )
 
@@ -79,13 +84,16 @@ __all__ = [
     "RECORDED",
     "ROW_OVERHEAD",
     "SCHEMA_VERSION",
+    "SYNCHRONOUS",
     "UNTRUSTED_SHARE",
+    "Damaged",
     "Filter",
     "Image",
     "Ledger",
     "Page",
     "Row",
     "caps",
+    "check",
     "decode_cursor",
     "encode_cursor",
     "export",
@@ -104,5 +112,6 @@ __all__ = [
     "prune",
     "record_json",
     "select",
+    "set_aside",
     "used_bytes",
 ]

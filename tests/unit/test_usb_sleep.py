@@ -1,0 +1,246 @@
+"""A target that sleeps: the UDC state followed live, remote wakeup decided and asked, and the
+input engine refusing, cutting and releasing around a suspend (on the real simulated target)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.config import InputConfig
+from daemon.engine import program as prog
+from daemon.engine.flow import InputEngine
+from daemon.engine.program import Point
+from daemon.errors import ToolError
+from daemon.sim.layout import make_layout
+from daemon.sim.target import SimTarget
+from daemon.usb import UsbLink
+from gadget import usbstate
+from gadget.profiles import build_profile
+from gadget.settings import GadgetSettings
+
+FAST = InputConfig(
+    tap_hold_ms=5,
+    key_hold_ms=5,
+    chord_hold_ms=5,
+    key_step_ms=1,
+    release_interval_ms=1,
+    typing_rate_cps=200,
+    isolation_settle_ms=0,
+    wake_timeout_s=0.3,
+)
+
+
+# --- the pure parts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [
+        ("not attached", "not_attached"),
+        ("", "not_attached"),
+        ("powered", "attached"),
+        ("default", "attached"),
+        ("addressed", "attached"),
+        ("configured\n", "configured"),
+        ("suspended", "suspended"),
+    ],
+)
+def test_udc_states_map_onto_four(raw: str, state: str) -> None:
+    assert usbstate.normalize(raw) == state
+
+
+def test_remote_wakeup_only_where_the_udc_can() -> None:
+    assert usbstate.wake_capability("dwc3", "auto")[0] is True
+    assert usbstate.wake_capability("dummy_udc", "auto")[0] is True
+    can, why = usbstate.wake_capability("dwc2", "auto")
+    assert can is False and "remote_wakeup" in why  # says how a patched kernel turns it on
+    assert usbstate.wake_capability(None, "auto")[0] is False
+    assert usbstate.wake_capability("somethingelse", "auto")[0] is False
+    assert usbstate.wake_capability("dwc2", "on")[0] is True  # a patched kernel
+    assert usbstate.wake_capability("dwc3", "off")[0] is False
+
+
+def test_the_configuration_advertises_wakeup_only_when_asked() -> None:
+    s = GadgetSettings()
+    assert build_profile("full", "ios", s).bm_attributes == 0x80
+    assert build_profile("full", "ios", s, remote_wakeup=True).bm_attributes == 0xA0
+    with pytest.raises(ValueError, match="remote_wakeup"):
+        GadgetSettings.from_table({"remote_wakeup": "yes"})
+    assert GadgetSettings.from_table({"remote_wakeup": "on"}).remote_wakeup == "on"
+
+
+def test_udc_driver_and_wakeup_request_in_a_sysfs_tree(tmp_path: Path) -> None:
+    udc = tmp_path / "class" / "udc" / "fe800000.usb"
+    udc.mkdir(parents=True)
+    (tmp_path / "drivers" / "dwc3").mkdir(parents=True)
+    (udc / "device").mkdir()
+    os.symlink(tmp_path / "drivers" / "dwc3", udc / "device" / "driver")
+    (udc / "srp").write_bytes(b"")
+    assert usbstate.udc_driver(tmp_path, "fe800000.usb") == "dwc3"
+    assert usbstate.udc_driver(tmp_path, "absent") is None
+    usbstate.request_wakeup(tmp_path, "fe800000.usb")
+    assert (udc / "srp").read_bytes() == b"1"
+
+
+def test_a_configured_gadget_marked_self_powered_is_suspended(tmp_path: Path) -> None:
+    """composite_suspend() marks the gadget self-powered; most UDCs leave `configured`."""
+    assert usbstate.link_state("configured", "1") == "suspended"
+    assert usbstate.link_state("configured", "0") == "configured"
+    assert usbstate.link_state("configured", None) == "configured"  # no such attribute
+    assert usbstate.link_state("suspended", "0") == "suspended"  # a UDC that says it
+    assert usbstate.link_state("addressed", "1") == "addressed"
+    (tmp_path / "state").write_text("configured\n")
+    (tmp_path / "is_selfpowered").write_text("1\n")
+    assert usbstate.read_state(tmp_path) == "suspended"
+    assert usbstate.read_state(tmp_path / "gone") == "not attached"
+
+
+def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.write_text("configured\n")
+    powered = tmp_path / "is_selfpowered"
+    powered.write_text("0\n")
+    seen: list[str] = []
+    got = threading.Condition()
+
+    def changed(raw: str) -> None:
+        with got:
+            seen.append(raw)
+            got.notify_all()
+
+    # A plain file never notifies: the interval re-read is what sees its change here.
+    watcher = usbstate.StateWatcher(tmp_path, changed, interval=0.02)
+    watcher.start()
+    try:
+        with got:
+            assert got.wait_for(lambda: seen == ["configured"], timeout=5)
+        powered.write_text("1\n")  # suspended, as dummy_hcd and dwc3 show it
+        with got:
+            assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
+        powered.write_text("0\n")
+        with got:
+            assert got.wait_for(lambda: seen[-1] == "configured", timeout=5)
+        state.unlink()  # the UDC went away
+        with got:
+            assert got.wait_for(lambda: seen[-1] == "not attached", timeout=5)
+    finally:
+        t0 = time.monotonic()
+        watcher.stop()
+        assert time.monotonic() - t0 < 1  # the stop pipe wakes it, not its interval
+    assert seen == ["configured", "suspended", "configured", "not attached"]
+
+
+# --- the link and the wake -----------------------------------------------------------------------
+
+
+def sim_link(sim: SimTarget) -> UsbLink:
+    link = UsbLink(can_wake=True, wake_reason="sim", wakeup=sim.remote_wakeup, state="configured")
+    sim.on_usb_state = link.set
+    return link
+
+
+async def test_wake_outcomes() -> None:
+    sim = SimTarget("android")
+    link = sim_link(sim)
+    assert await link.wake(0.3) == {"woke": False, "usb_state": "configured", "waited_ms": 0}
+    sim.suspend(wakeup=True)
+    assert link.state == "suspended" and link.suspended.is_set()
+    result = await link.wake(1.0)
+    assert result["woke"] is True and link.state == "configured"
+    sim.suspend(wakeup=False)  # the host did not enable remote wakeup
+    t0 = time.monotonic()
+    with pytest.raises(ToolError) as err:
+        await link.wake(0.2)
+    assert err.value.code == "wakeup_not_enabled" and not err.value.retryable
+    assert time.monotonic() - t0 < 1 and link.state == "suspended"
+    unable = UsbLink(can_wake=False, wake_reason="the UDC driver dwc2 cannot", state="suspended")
+    with pytest.raises(ToolError) as err:
+        await unable.wake(0.2)
+    assert err.value.code == "wake_unsupported" and "dwc2" in err.value.message
+    sim.unplug()
+    with pytest.raises(ToolError) as err:
+        await link.wake(0.2)
+    assert err.value.code == "target_not_attached"
+    assert link.changes == 4  # suspended, configured, suspended, not_attached
+
+
+# --- the engine around a sleep -------------------------------------------------------------------
+
+
+async def focused_engine(cfg: InputConfig = FAST) -> tuple[InputEngine, SimTarget, UsbLink]:
+    sim = SimTarget("android")
+    link = sim_link(sim)
+    eng = InputEngine(sim, sim, cfg, "android", link=link)
+    icon = make_layout("android", 1080, 1920).tiles[0].icon
+    async with eng.invocation("setup") as s:
+        await s.run(
+            prog.tap(cfg, eng.pointer, Point((icon.x0 + icon.x1) / 2, (icon.y0 + icon.y1) / 2))
+        )
+        await s.run(prog.tap(cfg, eng.pointer, Point(500, 140)))  # the app's text field
+    assert sim.state()["focused"] is not None
+    return eng, sim, link
+
+
+async def type_text(eng: InputEngine, text: str, tool: str = "keyboard_text") -> None:
+    async with eng.invocation(tool) as s:
+        await s.run(prog.typing(eng.cfg, prog.text_strokes(text)))
+
+
+async def test_input_while_asleep_is_refused_at_once_and_sends_nothing() -> None:
+    eng, sim, _ = await focused_engine()
+    before = dict(sim.state()["reports"])
+    sim.suspend()
+    t0 = time.monotonic()
+    with pytest.raises(ToolError) as err:
+        await type_text(eng, "z")
+    assert time.monotonic() - t0 < 0.1
+    assert err.value.code == "target_suspended" and err.value.retryable
+    assert err.value.details is not None and "wake_target" in err.value.details["remediation"]
+    sim.resume()
+    await asyncio.sleep(0)
+    state = sim.state()
+    assert state["reports"] == before and state["field_text"] == ""
+
+
+async def test_a_program_the_target_falls_asleep_under_is_cut_and_released_at_resume() -> None:
+    eng, sim, _ = await focused_engine()
+    task = asyncio.create_task(type_text(eng, "abcdefghijklmnopqrstuvwxyz" * 4))
+    while len(sim.state()["field_text"] or "") < 3:
+        await asyncio.sleep(0.005)
+    sim.suspend()
+    t0 = time.monotonic()
+    with pytest.raises(ToolError) as err:
+        await task
+    assert err.value.code == "target_suspended" and time.monotonic() - t0 < 0.1
+    typed_at_suspend = sim.state()["field_text"]
+    sim.resume()  # whatever waited in the gadget arrives, then the engine's release
+    for _ in range(200):
+        state = sim.state()
+        if not eng.held.holding() and not state["keys_down"]:
+            break
+        await asyncio.sleep(0.005)
+    state = sim.state()
+    assert state["keys_down"] == [] and state["modifiers_down"] == []
+    assert eng.held.holding() == [] and not eng.busy
+    # At most the one report that waited in the gadget arrived late: a whole key, no more.
+    assert len(state["field_text"]) - len(typed_at_suspend) <= 1
+    await type_text(eng, "!")
+    assert sim.state()["field_text"].endswith("!")
+
+
+async def test_wake_first_wakes_then_types_exactly_once() -> None:
+    eng, sim, link = await focused_engine(InputConfig(**{**FAST.__dict__, "wake_first": True}))
+    sim.suspend(wakeup=True)
+    await type_text(eng, "hi")
+    assert link.state == "configured" and sim.state()["field_text"] == "hi"
+    sim.suspend(wakeup=False)
+    with pytest.raises(ToolError) as err:
+        await type_text(eng, "no")
+    assert err.value.code == "wakeup_not_enabled"
+    sim.resume()
+    assert sim.state()["field_text"] == "hi" and not eng.busy

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import desktop
 import pytest
-from desktop import App, Fingertip, Xorg
+from desktop import App, Feeder, Fingertip, Xorg
 
 from tests.kernel.guest.figures import Record, record  # noqa: F401 (a fixture)
 
@@ -51,9 +51,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 class Desktop:
     """The running desktop and the daemon that drives it."""
 
-    def __init__(self, xorg: Xorg, app: App) -> None:
+    def __init__(self, xorg: Xorg, app: App, feeder: Feeder) -> None:
         self.xorg = xorg
         self.app = app
+        self.feeder = feeder
         self.fingertip: Fingertip | None = None
         self.layout = "us"
 
@@ -93,6 +94,7 @@ def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
     xorg = Xorg()
     d: Desktop | None = None
     app = App()
+    feeder = Feeder()
     try:
         with desktop.phase("loopback network, v4l2loopback"):
             desktop.bring_up_loopback_net()
@@ -104,8 +106,8 @@ def session_desktop(record_testsuite_property: Record) -> Iterator[Desktop]:
         with desktop.phase("the Tk application"):
             app.start()
         with desktop.phase("the screen feeder"):
-            desktop.start_feeder()
-        d = Desktop(xorg, app)
+            feeder.start()
+        d = Desktop(xorg, app, feeder)
         yield d
     finally:
         if d is not None:

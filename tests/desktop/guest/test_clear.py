@@ -11,7 +11,6 @@ from desktop import TEXT_TIMEOUT_S, Fingertip, centre, normalized
 
 # Issue 49 is open: these scenarios are new in this round and have not yet been seen passing in
 # a whole desktop run of the merged tree.
-UNPROVEN = "issue 49, open: not yet seen passing in a whole desktop run of the merged tree"
 
 
 @pytest.fixture
@@ -19,7 +18,6 @@ def ft(desk: Desktop) -> Fingertip:
     return desk.target("linux", "us")
 
 
-@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_clear_empties_a_field_without_select_all(desk: Desktop, ft: Fingertip) -> None:
     plain = normalized(*centre(desk.app.state()["rects"]["plain"]))
     ft.ok("enter_text", {"point": plain, "text": "Old value"})
@@ -35,7 +33,6 @@ def test_clear_empties_a_field_without_select_all(desk: Desktop, ft: Fingertip) 
     assert not desk.app.events(mark, "select_all")  # the field has no binding of its own
 
 
-@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_clear_sees_text_left_and_deletes_it(desk: Desktop, ft: Fingertip) -> None:
     term = normalized(*centre(desk.app.state()["rects"]["term"]))
     ft.ok("enter_text", {"point": term, "text": "Old value"})

@@ -14,7 +14,6 @@ from test_typing import focus
 
 # Issue 49 is open: these scenarios are new in this round and have not yet been seen passing in
 # a whole desktop run of the merged tree.
-UNPROVEN = "issue 49, open: not yet seen passing in a whole desktop run of the merged tree"
 
 SUBMITTED_BGR = (187, 242, 178)  # the status line after Submit order, #b2f2bb
 IDLE_STAGE_BGR = (221, 221, 221)  # the animation area at rest, #dddddd
@@ -108,7 +107,6 @@ def test_wait_for_stable_screen_outlasts_the_animation(desk: Desktop, ft: Finger
     assert_shows(reply, (x1 - 60, y0 + 4, x1 - 4, y1 - 4), IDLE_STAGE_BGR, "the animation's end")
 
 
-@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_a_wide_region_reads_each_line_once(desk: Desktop, ft: Fingertip, record: Record) -> None:
     """Issue 49: a region as wide as the screen is detected in horizontal bands, and a line cut
     by a band's edge was read from both bands (tap_text "Plain" answered text_ambiguous, on a

@@ -13,6 +13,8 @@ from conftest import Desktop, Record
 from desktop import FRAME_H, FRAME_W, HEIGHT, WIDTH, Fingertip, decode, fitted, until
 from test_pointer import near, show_canvas
 
+# A second size of X's screen (xrandr -s): 16:9, so its picture fills the 16:9 frame, no bars.
+RESIZED = (1024, 576)
 # calibrate_pointer's HID positions (daemon.screen.calibrate.POINTS), 0..1000 of the pointer.
 CALIBRATION_POINTS = ((150, 150), (850, 150), (500, 500), (150, 850), (850, 850))
 # X shows an I-beam over them, not the arrow.
@@ -118,3 +120,22 @@ def test_calibration_finds_the_x_cursor_and_taps_use_it(
     finally:
         ft.ok("calibrate_pointer", {"forget": True})
     assert screen(ft)["hid_map"]["from"] == "platform"
+
+
+def test_a_new_screen_size_is_found_by_itself(desk: Desktop, ft: Fingertip, record: Record) -> None:
+    """X's screen goes from 1024x768 (pillarboxed: 960x720 at x 160) to 1024x576 (the whole
+    frame) as a display setting would change it: the daemon finds the new screen from the
+    frames alone, and taps land on X's new screen within 2 px; then back."""
+    wait_screen(ft, fitted(WIDTH, HEIGHT))
+    show_canvas(desk, ft)  # its tab's place is the 1024x768 screen's (normalized())
+    try:
+        desk.feeder.resize(*RESIZED)
+        s = wait_screen(ft, fitted(*RESIZED))
+        assert s["source"] == "detected" and rect_of(s) == (0, 0, FRAME_W, FRAME_H), s
+        record("screen_after_resize", f"{rect_of(s)} of {FRAME_W}x{FRAME_H}")
+        worst = tap_grid(desk, ft, RESIZED, "resized")
+        record("resized_tap_worst_miss_px", round(worst, 1))
+    finally:
+        desk.feeder.resize(WIDTH, HEIGHT)
+    s = wait_screen(ft, fitted(WIDTH, HEIGHT))
+    assert s["source"] == "detected", s

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Desktop
-from desktop import TEXT_TIMEOUT_S, Fingertip, centre, evidence, normalized
+from desktop import OCR_LAYOUTS, TEXT_TIMEOUT_S, Fingertip, centre, evidence, normalized
 
 # Issue 49 is open: these scenarios are new in this round and have not yet been seen passing in
 # a whole desktop run of the merged tree.
-UNPROVEN = "issue 49, open: not yet seen passing in a whole desktop run of the merged tree"
 
 SENTENCES = {
     "us": "The quick brown fox jumps over the lazy dog. 0123456789 "
@@ -86,7 +85,6 @@ def test_caps_lock_on_is_typed_around_and_left_on(
     assert after.output["caps_lock"] == "off", after.output
 
 
-@pytest.mark.xfail(reason=UNPROVEN, strict=False)
 def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layout: str) -> None:
     name = normalized(*centre(desk.app.state()["rects"]["name"]))
     ft.ok("enter_text", {"point": name, "text": "Old value"})
@@ -94,14 +92,17 @@ def test_enter_text_focuses_clears_and_types(desk: Desktop, ft: Fingertip, layou
     before = ft.screenshot(f"enter-text-{layout}-before")
     mark = desk.app.mark()
     text = {"us": "Ada Lovelace", "de": "Jürgen Groß", "fr": "Amélie Poulain"}[layout]
-    # The clear is checked on the screen: an OCR read of the field's row (minutes under TCG).
+    # The clear is checked on the screen: an OCR read of the field's row (minutes under TCG),
+    # on the layouts whose daemon has OCR (desktop.OCR_LAYOUTS); elsewhere it is not verified
+    # and says so, and the app's own value below is the check.
     args = {"point": name, "text": text, "clear": True, "submit": True}
     reply = ft.ok("enter_text", args, timeout=TEXT_TIMEOUT_S)
     desk.app.wait_state("name", text)
     (entered,) = desk.app.wait_events(mark, "name_entered")
     assert entered["value"] == text
     clear = reply.output["action_output"]["clear"]
-    assert clear["keys"] == "home, shift+end, backspace" and clear["verified"] is True, clear
+    verified = True if layout in OCR_LAYOUTS else None
+    assert clear["keys"] == "home, shift+end, backspace" and clear["verified"] is verified, clear
     after = evidence(reply, f"enter-text-{layout}-after")
     x0, y0, x1, y1 = desk.app.state()["rects"]["name"]
     assert (before[y0:y1, x0:x1] != after[y0:y1, x0:x1]).any(), "the field looks the same"

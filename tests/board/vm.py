@@ -217,6 +217,11 @@ class BoardVM:
         self.proc.wait()
         self.cuts += 1
         self.console.rename(self.workdir / f"console-cut-{self.cuts}.log")
+        self.close_ssh_master()
+        return at
+
+    def close_ssh_master(self) -> None:
+        """The ssh connection every step shares: closed with the board it went to."""
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             subprocess.run(
                 [*self.ssh_base(), "-O", "exit", self.host],
@@ -224,7 +229,6 @@ class BoardVM:
                 timeout=10,
                 check=False,
             )
-        return at
 
     def stop(self) -> None:
         """Power off cleanly (a few seconds), else kill; never leave QEMU behind."""
@@ -243,13 +247,7 @@ class BoardVM:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            subprocess.run(
-                [*self.ssh_base(), "-O", "exit", self.host],
-                capture_output=True,
-                timeout=10,
-                check=False,
-            )
+        self.close_ssh_master()
         shutil.rmtree(self._ctl_dir, ignore_errors=True)
 
 

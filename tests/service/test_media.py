@@ -316,6 +316,17 @@ async def test_token_rules_and_the_flight_recorder(make_daemon: Any) -> None:
     assert (status, body["error"]["code"]) == (401, "auth_required")
     status, body = await put(d, "x.img", b"data", headers={"Authorization": f"Bearer {READER}"})
     assert (status, body["error"]["code"]) == (403, "tool_execution_denied"), body
+    # A token of bytes no text holds (a lone surrogate's UTF-8, 0xff): refused, recorded alike.
+    reader, writer = await asyncio.open_connection("127.0.0.1", d.port)
+    writer.write(
+        b"PUT /api/media/images/x.img HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Authorization: Bearer \xed\xa0\x80\xff\r\nContent-Length: 4\r\n\r\ndata"
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readline(), 60)
+    writer.close()
+    await writer.wait_closed()
+    assert head.split()[1:2] == [b"401"], head
     status, body = await put(d, "x.img", b"0" * (2 * MB), headers=bearer)
     assert (status, body["error"]["code"]) == (413, "media_quota_exceeded")
     status, body = await put(d, "..%2Fescape", b"data", headers=bearer)
@@ -330,12 +341,13 @@ async def test_token_rules_and_the_flight_recorder(make_daemon: Any) -> None:
     # Every upload is in the trail, refused ones as a refused tool call is (issue 47): the code,
     # who (the reader's token id), the request's size, never its arguments nor "trusted"; the
     # ones that ran with theirs.
-    rows = await traced(d, "?tool=media_upload", count=5, token=d.token)
+    rows = await traced(d, "?tool=media_upload", count=6, token=d.token)
     got = sorted(
         (r["error_code"] or "", r["args"] is None, r["trusted"], r["request_bytes"]) for r in rows
     )
     assert got == [
         ("", False, True, 4),
+        ("auth_required", True, False, 4),
         ("auth_required", True, False, 4),
         ("media_name_invalid", True, False, 4),
         ("media_quota_exceeded", False, True, 2 * MB),

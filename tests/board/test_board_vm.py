@@ -873,7 +873,7 @@ def test_5b_an_uploaded_image_attaches_under_the_sandbox(
     refused = phone(board, "put", "/api/media/images/other.img", "--file", "/root/media-test.img")
     assert refused.get("status") == 401, refused
     owner = board.run("stat -c '%U %a' /var/lib/fingertip/media/board-test.img").stdout.split()
-    assert owner == ["fingertip", "640"], owner
+    assert owner == ["fingertip", "600"], owner  # the daemon's 0640 under the unit's UMask=0077
 
     attach = {"input": {"name": "board-test.img", "mode": "flash", "read_only": True}}
     out = tool_output(phone(board, "call", "media_attach", json.dumps(attach), *token), board)

@@ -2,7 +2,10 @@
 like media_files). PUT /api/media/images/{name} streams the body to disk
 (daemon/media.py bounds it by the quota and the free space, hashes it and renames it into place
 once whole). A write, as attaching is: the tools API's token rule and the HTTP guard
-(Caller.authorize). The flight recorder records it as the media_upload invocation.
+(Caller.authorize). The flight recorder records it as the media_upload invocation, through
+the catalog's one path (Catalog.record), as a tool call: refused by the token rule or the guard
+(the route wrapper tells `refused`) or for its name, compact as a refused call is (who, the
+code, the size; not its arguments); run, with its name, length and result.
 
 Its body is exempt from [server].body_timeout_s (an image takes minutes over a slow link);
 instead each chunk must arrive within that time, so a stalled client holds its upload slot
@@ -28,6 +31,18 @@ DOWNLOAD = "media_download"
 
 
 def routes(store: MediaStore, catalog: Catalog, idle_timeout_s: float) -> list[Route]:
+    def context(request: web.Request, caller: Caller) -> CallContext:
+        return CallContext(
+            "http",
+            client=caller.peer,
+            token_id=caller.token_id,
+            trusted=caller.trusted,
+            request_bytes=request.content_length,
+        )
+
+    def refused(request: web.Request, caller: Caller, exc: ToolError) -> None:
+        catalog.record(TOOL, Began.now(), "error", exc.code, context(request, caller))
+
     async def chunks(request: web.Request) -> AsyncIterator[bytes]:
         while True:
             async with asyncio.timeout(idle_timeout_s):
@@ -38,13 +53,14 @@ def routes(store: MediaStore, catalog: Catalog, idle_timeout_s: float) -> list[R
 
     async def upload(request: web.Request, caller: Caller) -> web.StreamResponse:
         name = request.match_info["name"]
-        ctx = CallContext("http", client=request.remote or "", token_id=caller.token_id)
-        ctx.ran = True
+        ctx = context(request, caller)
         began = Began.now()
         args = {"name": name, "content_length": request.content_length}
         outcome, code, result = "ok", None, None
         try:
-            made = await store.upload(check_name(name), chunks(request), request.content_length)
+            checked = check_name(name)
+            ctx.ran = True  # a bad name is refused as a bad argument is: its record keeps none
+            made = await store.upload(checked, chunks(request), request.content_length)
             result = made.to_dict()
             return web.json_response(result)
         except ToolError as exc:
@@ -76,7 +92,7 @@ def routes(store: MediaStore, catalog: Catalog, idle_timeout_s: float) -> list[R
             "PUT",
             PATH,
             upload,
-            action(lambda _: (TOOL, "write", False), transport="http"),
+            action(lambda _: (TOOL, "write", False), transport="http", on_refused=refused),
             streams_body=True,
         ),
         Route("GET", PATH, download, action(lambda _: (DOWNLOAD, "read", True), transport="http")),

@@ -33,6 +33,8 @@ Level = Literal["open", "catalog", "data", "private", "action"]
 Handler = Callable[[web.Request, Caller], Awaitable[web.StreamResponse]]
 # (what is run, its policy, whether it is private), as Caller.authorize takes them.
 ActionOf = Callable[[web.Request], tuple[str, str, bool]]
+# Told of a refusal by the access rule, for a route whose runs are recorded as a tool's are.
+OnRefused = Callable[[web.Request, Caller, ToolError], None]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Access:
     what: str = ""  # how a data route's refusal names it
     query_token: bool = False  # ?token= is read too (a plain <img> sends no header)
     action: ActionOf | None = None
+    # An action recorded like a tool call (a media upload): its refusals are recorded as a
+    # refused tool call is (the catalog's trail keeps those), so a refused one leaves a trace.
+    on_refused: OnRefused | None = None
 
     def check(self, caller: Caller, request: web.Request) -> None:
         """Raise the ToolError that refuses `caller`, or return."""
@@ -70,10 +75,10 @@ def data(what: str, *, private: bool = False, query_token: bool = False) -> Acce
     return Access("private" if private else "data", what=what, query_token=query_token)
 
 
-def action(of: ActionOf, *, transport: str) -> Access:
+def action(of: ActionOf, *, transport: str, on_refused: OnRefused | None = None) -> Access:
     """Something that runs like a tool of the policy `of` names (Caller.authorize), under the
-    HTTP guard and the tools API's kind of caller."""
-    return Access("action", transport, "http", "http", action=of)
+    HTTP guard and the tools API's kind of caller; `on_refused` is told when the rule refuses."""
+    return Access("action", transport, "http", "http", action=of, on_refused=on_refused)
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,11 @@ def wrap(route: Route, auth: Auth, guard: Guard) -> typedefs.Handler:
         )
         try:
             access.check(caller, request)
+        except ToolError as exc:
+            if access.on_refused is not None:
+                access.on_refused(request, caller, exc)
+            return error_response(exc)
+        try:
             return await handler(request, caller)
         except ToolError as exc:
             return error_response(exc)

@@ -133,6 +133,8 @@ async def d_health(d: DaemonProcess) -> dict[str, Any]:
         "%00x",
         "x" * 101,
         "%C3%A9",
+        "%ED%A0%80",  # a lone surrogate, as UTF-8 would carry one
+        "x%EF%BF%BE",
     ],
 )
 async def test_a_name_that_is_not_one_file_is_refused(daemon: DaemonProcess, name: str) -> None:
@@ -145,6 +147,29 @@ async def test_a_name_that_is_not_one_file_is_refused(daemon: DaemonProcess, nam
     for hostile in ("../x", "a/b", "\ud800", ".", ""):
         code = await refused(daemon, "media_attach", {"name": hostile})
         assert code in ("media_name_invalid", "tool_arguments_invalid", "tool_call_payload_invalid")
+
+
+async def test_a_hostile_content_length_is_refused_and_recorded_nowhere(
+    daemon: DaemonProcess,
+) -> None:
+    """NaN, Infinity, a sign, an exponent, a number past any disk, two lengths: refused as bad
+    HTTP before any route (nothing written, nothing in the trail), and the daemon goes on."""
+    d = daemon
+    for length in ("NaN", "Infinity", "-1", "1e3", "9" * 40, "4, 5"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", d.port)
+        writer.write(
+            b"PUT /api/media/images/h.img HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Content-Length: {length}\r\nConnection: close\r\n\r\ndata".encode()
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readline(), 60)
+        writer.close()
+        await writer.wait_closed()
+        assert head.split()[1:2] == [b"400"], (length, head)
+    assert not media_dir(d).exists() or folder(d) == []
+    assert await traced(d, "?tool=media_upload") == []
+    status, body = await put(d, "h.img", b"data")
+    assert status == 200 and body["size"] == 4, body
 
 
 async def test_uploads_past_the_quota_the_disk_or_their_length_leave_nothing(
@@ -273,22 +298,68 @@ async def test_hostile_numbers_are_refused(daemon: DaemonProcess) -> None:
     assert folder(daemon) == []
 
 
+READER = "r" * 24  # a client token limited to read tools
+
+
 async def test_token_rules_and_the_flight_recorder(make_daemon: Any) -> None:
-    d = make_daemon({"auth": {"require_on_loopback": True}})
+    d = make_daemon(
+        {
+            "auth": {
+                "require_on_loopback": True,
+                "client_tokens": [{"token": READER, "max_policy": "read"}],
+            },
+            "media": {"quota_mb": 1},
+        }
+    )
+    bearer = {"Authorization": f"Bearer {d.token}"}
     status, body = await put(d, "x.img", b"data")
     assert (status, body["error"]["code"]) == (401, "auth_required")
+    status, body = await put(d, "x.img", b"data", headers={"Authorization": f"Bearer {READER}"})
+    assert (status, body["error"]["code"]) == (403, "tool_execution_denied"), body
+    # A token of bytes no text holds (a lone surrogate's UTF-8, 0xff): refused, recorded alike.
+    reader, writer = await asyncio.open_connection("127.0.0.1", d.port)
+    writer.write(
+        b"PUT /api/media/images/x.img HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Authorization: Bearer \xed\xa0\x80\xff\r\nContent-Length: 4\r\n\r\ndata"
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readline(), 60)
+    writer.close()
+    await writer.wait_closed()
+    assert head.split()[1:2] == [b"401"], head
+    status, body = await put(d, "x.img", b"0" * (2 * MB), headers=bearer)
+    assert (status, body["error"]["code"]) == (413, "media_quota_exceeded")
+    status, body = await put(d, "..%2Fescape", b"data", headers=bearer)
+    assert (status, body["error"]["code"]) == (400, "media_name_invalid")
     assert folder(d) == []
-    bearer = {"Authorization": f"Bearer {d.token}"}
     status, body = await put(d, "x.img", b"data", headers=bearer)
     assert status == 200
     status, body = await call(d, "media_files", {"input": {"name": "x.img"}})
     assert status == 401  # private: what the target saved
     status, body = await call(d, "media_attach", {"input": {"name": "x.img"}})
     assert status == 401  # a write
-    # The route's access is the one wrapper's (daemon.transports.routes): a refused upload
-    # never reaches the handler, so the trail holds the upload that ran.
-    rows = await traced(d, "?tool=media_upload", count=1, token=d.token)
-    assert [(r["outcome"], r.get("error_code")) for r in rows] == [("ok", None)]
+    # Every upload is in the trail, refused ones as a refused tool call is (issue 47): the code,
+    # who (the reader's token id), the request's size, never its arguments nor "trusted"; the
+    # ones that ran with theirs.
+    rows = await traced(d, "?tool=media_upload", count=6, token=d.token)
+    got = sorted(
+        (r["error_code"] or "", r["args"] is None, r["trusted"], r["request_bytes"]) for r in rows
+    )
+    assert got == [
+        ("", False, True, 4),
+        ("auth_required", True, False, 4),
+        ("auth_required", True, False, 4),
+        ("media_name_invalid", True, False, 4),
+        ("media_quota_exceeded", False, True, 2 * MB),
+        ("tool_execution_denied", True, False, 4),
+    ], rows
+    denied = next(r for r in rows if r["error_code"] == "tool_execution_denied")
+    assert denied["token_id"] and denied["token_id"] != next(
+        r["token_id"] for r in rows if r["error_code"] is None
+    ), rows
+    # A refused call over the tools API is recorded the same way.
+    calls = await traced(d, "?tool=media_attach", count=1, token=d.token)
+    assert [(r["error_code"], r["args"]) for r in calls] == [("auth_required", None)], calls
 
 
 async def test_the_daemons_memory_stays_flat_while_an_upload_streams(

@@ -16,8 +16,9 @@ from aiohttp import web
 from daemon import config as cfg
 from daemon.auth import Auth
 from daemon.catalog import Caller, Guard
+from daemon.errors import ToolError
 from daemon.service import Daemon, build
-from daemon.transports.routes import OPEN, Route, access_of, catalog, data, mount
+from daemon.transports.routes import OPEN, Route, access_of, action, catalog, data, mount
 
 PARAMS = {"name": "health_check", "action": "unplug", "id": "x"}
 TOKEN = "a-pairing-token-for-the-route-table"
@@ -149,6 +150,40 @@ async def test_the_wrapper_runs_the_handler_only_once_admitted(aiohttp_client: A
     async with client.get("/private", params={"token": TOKEN}) as r:
         assert r.status == 200
     assert ran[-1] == "pairing"  # the caller the wrapper admitted is the one handed over
+
+
+async def test_an_action_is_told_of_its_refusals_and_only_of_those(aiohttp_client: Any) -> None:
+    """on_refused (a media upload records its refusals through it) hears the access rule's
+    refusal, never the handler's own errors nor an admitted request."""
+    told: list[tuple[str, str]] = []
+
+    async def handler(request: web.Request, caller: Caller) -> web.Response:
+        if request.query.get("fail"):
+            raise ToolError("media_name_invalid", "the handler's own refusal")
+        return web.json_response({"ok": True})
+
+    def refused(request: web.Request, caller: Caller, exc: ToolError) -> None:
+        told.append((exc.code, caller.token_id or "-"))
+
+    access = action(
+        lambda _: ("media_upload", "write", False), transport="http", on_refused=refused
+    )
+    app = web.Application()
+    mount(
+        app,
+        [Route("PUT", "/up", handler, access)],
+        Auth(cfg.from_mapping({"auth": {"require_on_loopback": True}}), TOKEN),
+        {"http": Guard.preset("full-access")},
+    )
+    client = await aiohttp_client(app)
+    async with client.put("/up") as r:
+        assert r.status == 401
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with client.put("/up", headers=bearer) as r:
+        assert r.status == 200
+    async with client.put("/up", headers=bearer, params={"fail": "1"}) as r:
+        assert r.status == 400
+    assert told == [("auth_required", "-")]
 
 
 def test_a_route_cannot_be_declared_without_its_access() -> None:

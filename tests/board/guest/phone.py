@@ -14,6 +14,7 @@ under the deployed release's Python, which has it.
 
   phone.py get /api/tools [--retry-until 60] [--pin sha256//...] [--plain]
   phone.py call TOOL '{"input": {...}}' [--token T] [--retry-until 60]
+  phone.py put /api/media/images/NAME --file IMAGE [--token T]   (the file as the body)
 """
 
 from __future__ import annotations
@@ -73,10 +74,10 @@ def connect(pin: str | None, timeout: float) -> http.client.HTTPConnection:
 
 def request(
     method: str, path: str, body: bytes | None, token: str | None, timeout: float,
-    pin: str | None,
+    pin: str | None, content_type: str = "application/json",
 ) -> dict[str, object]:  # fmt: skip
     conn = connect(pin, timeout)
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": content_type}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     try:
@@ -92,7 +93,7 @@ def request(
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("verb", choices=("get", "call"))
+    p.add_argument("verb", choices=("get", "call", "put"))
     p.add_argument("target", help="a path (get) or a tool name (call)")
     p.add_argument("body", nargs="?", default='{"input": {}}')
     p.add_argument("--token")
@@ -100,17 +101,22 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a reply")
     p.add_argument("--pin", help="the board's fingerprint (default: /root/board-pin)")
     p.add_argument("--plain", action="store_true", help="plain HTTP, no TLS")
+    p.add_argument("--file", help="put: the file sent as the body")
     args = p.parse_args()
     pin = None if args.plain else (args.pin or Path(PIN_FILE).read_text().strip())
+    kind = "application/json"
     if args.verb == "get":
         method, path, body = "GET", args.target, None
+    elif args.verb == "put":
+        method, path, body = "PUT", args.target, Path(args.file).read_bytes()
+        kind = "application/octet-stream"
     else:
         method, path, body = "POST", f"/api/tools/{args.target}", args.body.encode()
     deadline = time.monotonic() + args.retry_until
     while True:
         started = time.monotonic()
         try:
-            out = request(method, path, body, args.token, args.timeout, pin)
+            out = request(method, path, body, args.token, args.timeout, pin, kind)
         except PinMismatch as exc:
             out = {"error": f"PinMismatch: {exc}"}
         except (OSError, http.client.HTTPException) as exc:

@@ -28,6 +28,7 @@ import structlog
 from daemon import fat
 from daemon.config import Config
 from daemon.errors import ToolError
+from daemon.private_files import fsync_folder
 from gadget.configfs import Medium
 from gadget.errors import GadgetError
 
@@ -321,7 +322,7 @@ class MediaStore:
             async with self._lock:  # an attach cannot come between the check and the rename
                 self._not_attached(name, "replacing")
                 os.replace(temp, path)
-                _fsync_dir(self.dir)
+                fsync_folder(self.dir)
         except OSError as exc:
             # ENOSPC: another writer took the space; EFBIG: a file size limit stands for it.
             if exc.errno in (errno.ENOSPC, errno.EFBIG):
@@ -358,7 +359,7 @@ class MediaStore:
             async with self._lock:
                 self._not_attached(name, "replacing")
                 os.replace(temp, path)
-                _fsync_dir(self.dir)
+                fsync_folder(self.dir)
         finally:
             del self._uploading[name]
             with contextlib.suppress(FileNotFoundError):
@@ -436,11 +437,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

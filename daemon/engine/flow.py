@@ -627,6 +627,8 @@ class InputEngine:
                 self._flow.release()
         if self._restorer is not None:  # waiting for the flow: the stop did its work
             self._restorer.cancel()
+        if self._resume_release is not None:  # likewise: the release above did its work
+            self._resume_release.cancel()
         log.info(
             "input_engine_stopped",
             released=released,

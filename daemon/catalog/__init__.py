@@ -41,7 +41,7 @@ from daemon.catalog.model import (
     ToolSpec,
     unknown_spec,
 )
-from daemon.catalog.registry import Catalog, flatten_arguments
+from daemon.catalog.registry import Began, Catalog, flatten_arguments
 from daemon.catalog.schemas import (
     object_schema,
     schema_errors,
@@ -61,6 +61,7 @@ __all__ = [
     "AfterCall",
     "Audience",
     "Availability",
+    "Began",
     "CallContext",
     "Caller",
     "Catalog",

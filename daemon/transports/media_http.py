@@ -18,8 +18,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from daemon.catalog import CallContext, Caller, Catalog
-from daemon.catalog.registry import Began
+from daemon.catalog import Began, CallContext, Caller, Catalog
 from daemon.errors import ToolError
 from daemon.media import CHUNK, MediaStore, check_name
 from daemon.transports.responses import error_response

@@ -180,15 +180,15 @@ class Gadget:
 
     def udc_state(self) -> str:
         """The UDC's sysfs state ("configured", "not attached", ...)."""
-        udc = self.bound_udc() or self.find_udc()
-        raw = self.ops.read(self._udc_class / udc / "state")
+        udc_dir = self.udc_dir()
+        raw = self.ops.read(udc_dir / "state")
         if raw is None:
-            raise ConfigfsError(f"no state for UDC {udc!r} under {self._udc_class}")
+            raise ConfigfsError(f"no state for UDC {udc_dir.name!r} under {self._udc_class}")
         return _text(raw).strip()
 
-    def udc_state_path(self) -> Path:
-        """The sysfs state attribute of the UDC the gadget binds to."""
-        return self._udc_class / (self.bound_udc() or self.find_udc()) / "state"
+    def udc_dir(self) -> Path:
+        """The sysfs folder of the UDC the gadget binds to (or would)."""
+        return self._udc_class / (self.bound_udc() or self.find_udc())
 
     def bind(self) -> None:
         """Bind to the UDC, recreating the config's links first (kvmd saw functions stop
@@ -319,7 +319,7 @@ class Gadget:
             identity = {k: _text(self.ops.read(p) or b"").strip() for k, p in fields.items()}
         try:
             state: str | None = self.udc_state()
-            link: str | None = usbstate.normalize(usbstate.read_state(self.udc_state_path().parent))
+            link: str | None = usbstate.normalize(usbstate.read_state(self.udc_dir()))
         except ConfigfsError:
             state = link = None
         return {

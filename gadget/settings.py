@@ -17,6 +17,8 @@ from typing import Any
 
 import jsonschema
 
+from gadget.usbstate import WAKE_SETTINGS
+
 # A config file is a few KB; this refuses a device or a huge file given by mistake.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -183,7 +185,7 @@ class GadgetSettings:
     # Remote wakeup (bmAttributes 0xA0 and /sys/class/udc/<udc>/srp): "auto" where the UDC's
     # driver implements it (gadget.usbstate.WAKE_DRIVERS), "on" for a patched kernel, "off".
     remote_wakeup: str = _key(
-        "auto", {"enum": ["auto", "on", "off"]}, "one of auto, on (patched kernels), off"
+        "auto", {"enum": list(WAKE_SETTINGS)}, "one of auto, on (patched kernels), off"
     )
     # How often the UDC's state and is_selfpowered are re-read (gadget.usbstate: a suspend
     # shows only in is_selfpowered on most UDCs, and that attribute is not notified).

@@ -596,6 +596,10 @@ class InputEngine:
                 await s.run(prog.drag_cancel(self.cfg, self.pointer, d.at, d.start, d.button))
         except ToolError as e:
             log.warning("drag_expiry_failed", code=e.code, reason=e.message)
+            if e.code == "target_suspended":
+                # Nothing can be written to a sleeping target: the drag ends here, and the
+                # release at its resume (_usb_changed) lifts the button with the rest.
+                self.end_drag()
 
     # -- stop -----------------------------------------------------------------------------------
 

@@ -244,3 +244,30 @@ async def test_wake_first_wakes_then_types_exactly_once() -> None:
     assert err.value.code == "wakeup_not_enabled"
     sim.resume()
     assert sim.state()["field_text"] == "hi" and not eng.busy
+
+
+async def test_a_drag_whose_limit_passes_in_a_sleep_is_let_go_at_the_resume() -> None:
+    """The drag limit passes while the target sleeps: its undo cannot be written then, so the
+    drag ends and the resume's release lifts its button (it must not stay down for good)."""
+    cfg = InputConfig(**{**FAST.__dict__, "drag_limit_s": 0.05, "move_interval_ms": 5})
+    sim = SimTarget("android")
+    link = sim_link(sim)
+    eng = InputEngine(sim, sim, cfg, "android", link=link)
+    start, to = Point(500, 600), Point(500, 400)
+    async with eng.invocation("drag_start", drag="start") as s:
+        await s.run(prog.drag_start(cfg, eng.pointer, start, to))
+        s.keep_contact(start, to, "left")
+    assert eng.held.holding() == ["pointer"] and sim.state()["contacts_down"]
+    sim.suspend()
+    for _ in range(300):  # the limit passes; its undo is refused (asleep)
+        if eng.drag is None and not eng.busy:
+            break
+        await asyncio.sleep(0.01)
+    assert eng.drag is None, "the drag outlived its limit in the sleep"
+    assert eng.held.holding() == ["pointer"]  # still down on the host: nothing was written
+    sim.resume()
+    for _ in range(200):
+        if not eng.held.holding() and not eng.busy:
+            break
+        await asyncio.sleep(0.005)
+    assert eng.held.holding() == [] and sim.state()["contacts_down"] == []

@@ -28,7 +28,7 @@ class Screen:
 def _sim(name: str, dev: VirtualDevice) -> Screen:
     r = Renderer()
     image = r.render(dev.view(None))
-    return Screen(name, image, r.drawn)
+    return Screen(name, image, tuple(w for w in r.drawn if w.whole))  # clipped: unreadable
 
 
 def sim_screens() -> Iterator[Screen]:

@@ -52,10 +52,13 @@ ARROW = np.array([(0, 0), (0, 34), (9, 26), (15, 40), (21, 37), (15, 24), (27, 2
 @dataclass(frozen=True)
 class DrawnWord:
     """One word the renderer drew, with its ink box in pixels (x0, y0, x1, y1): the ground
-    truth OCR tests check positions against."""
+    truth OCR tests check positions against. A word the list's viewport clips is `whole`
+    False and its box is the part shown: a tap there still hits it, but nobody can be asked to
+    read it."""
 
     text: str
     box: tuple[int, int, int, int]
+    whole: bool = True
 
 
 class Renderer:
@@ -101,19 +104,23 @@ def _text(
     dy: int = 0,
 ) -> None:
     """Draw `text` with its baseline at `org`, and record each word's box (shifted by `dy`
-    when `img` is a view lower in the frame; words the view clips are not recorded)."""
+    when `img` is a view lower in the frame; a word the view clips is recorded with the part
+    shown, not whole; one wholly outside it is not recorded)."""
     thickness = max(1, round(scale * 2))
     cv2.putText(img, text, org, FONT, scale, color, thickness, cv2.LINE_AA)
     (_, above), below = cv2.getTextSize(text, FONT, scale, thickness)
     top, bottom = org[1] - above, org[1] + below
-    if top < 0 or bottom > img.shape[0]:
+    whole = top >= 0 and bottom <= img.shape[0]
+    top, bottom = max(0, top), min(img.shape[0], bottom)
+    if bottom <= top:
         return
     pos = 0
     for word in text.split():
         start = text.index(word, pos)
         pos = start + len(word)
         x0 = org[0] + (_width(text[:start], scale) if start else 0)
-        drawn.append(DrawnWord(word, (x0, top + dy, x0 + _width(word, scale), bottom + dy)))
+        box = (x0, top + dy, x0 + _width(word, scale), bottom + dy)
+        drawn.append(DrawnWord(word, box, whole))
 
 
 def _width(text: str, scale: float) -> int:

@@ -20,6 +20,7 @@ from tests.service.daemonproc import DaemonProcess
 from tests.service.test_input_tools import Make, call, ok, start, state
 
 OVERSCAN = 0.03
+NOTE = "Meet Anna at 10:30 tomorrow"  # as on the OCR accuracy screen "Notes with text"
 HOME = {"iOS": ["cmd", "h"], "Android": ["KEYCODE_HOME"]}
 
 
@@ -63,7 +64,9 @@ async def locate(d: DaemonProcess, word: dict[str, Any]) -> dict[str, Any]:
 
 
 async def tap_every_word(d: DaemonProcess, platform: str, restore: Any) -> int:
-    """Tap each word of the screen as screen_text reads it; returns how many were tapped."""
+    """Tap each word of the screen as screen_text reads it; returns how many were tapped.
+    `restore(tapped)` puts the screen back after each tap (tap_text's answer: where it
+    tapped)."""
     tree = await ok(d, "screen_text", {})
     words = [e for e in tree["elements"] if len(re.sub(r"\W", "", e["text"])) >= 2]
     assert len(words) >= 5, tree["text"]
@@ -74,7 +77,7 @@ async def tap_every_word(d: DaemonProcess, platform: str, restore: Any) -> int:
         hit = (await state(d))["hits"][-1]
         if not same_word(word["text"], hit["word"]):
             missed.append((word["text"], word["center"], hit))
-        await restore()
+        await restore(tapped)
     assert not missed, f"{platform}: taps that missed their word: {missed}"
     return len(words)
 
@@ -111,26 +114,49 @@ async def test_tap_text_hits_every_word_through_the_hdmi_frame(
 
     platform = device_type.lower()
 
-    async def home() -> None:
+    async def home(_: object = None) -> None:
         if (await state(d))["screen"] != "home":
             await ok(d, "keyboard_tap", {"keys": HOME[device_type]})
             assert (await state(d))["screen"] == "home"
 
     tapped = await tap_every_word(d, platform, home)
-    if (device_type, landscape) not in (("iOS", False), ("Android", True)):
-        return  # an app's screen, below, in one portrait and one landscape run (time)
 
-    # An app's screen: its title, field and rows (a row tap only records which row).
-    async def notes() -> None:
+    # The other accuracy screens (tests/ocr_screens.py): Notes with typed text, then scrolled
+    # (rows cut at the list's top and bottom edges), in one portrait and one landscape run,
+    # Settings in the other two (time). A row tap only records which row, but on Settings it
+    # flips the row's switch: a second tap at the same place flips it back.
+    app = "Notes" if (device_type, landscape) in (("iOS", False), ("Android", True)) else "Settings"
+    toggles, flipped, scroll, note = sim["toggles"], [], 0, ""
+
+    async def in_app(done: dict[str, Any] | None = None) -> None:
         st = await state(d)
-        if st["screen"] != "app" or st["app"] != "Notes":
+        if st["screen"] != "app" or st["app"] != app:
             await home()
-            await ok(d, "open_app", {"name": "Notes"})
-        assert (await state(d))["app"] == "Notes"
+            await ok(d, "open_app", {"name": app})
+            st = await state(d)
+        if st["toggles"] != toggles and done is not None:
+            await ok(d, "touch_gesture", {"type": "tap", "point": done["match"]["center"]})
+            st = await state(d)
+            flipped.append(done["match"]["text"])
+        assert st["app"] == app and st["toggles"] == toggles, st
+        assert st["scroll_px"] == scroll and st["texts"].get("Notes", "") == note, st
 
-    await notes()
-    tapped += await tap_every_word(d, platform, notes)
+    await in_app()
+    if app == "Notes":
+        field = next(e for e in (await ok(d, "screen_text", {}))["elements"] if e["text"] == "Text")
+        await ok(d, "touch_gesture", {"type": "tap", "point": field["center"]})
+        await ok(d, "keyboard_text", {"text": NOTE})
+        note = NOTE
+    tapped += await tap_every_word(d, platform, in_app)
+    if app == "Notes":
+        rows = next(e for e in (await ok(d, "screen_text", {}))["elements"] if e["text"] == "row")
+        gesture = {"type": "scroll", "point": rows["center"], "direction": "down", "distance": 150}
+        await ok(d, "touch_gesture", gesture)
+        scroll = (await state(d))["scroll_px"]
+        assert scroll > 0
+        tapped += await tap_every_word(d, platform, in_app)
     assert tapped >= 15
+    assert (len(flipped) >= 4) == (app == "Settings"), flipped  # each switch's name and value
 
 
 async def test_calibration_measures_the_map_through_the_hdmi_frame(make_daemon: Make) -> None:

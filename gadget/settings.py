@@ -187,8 +187,8 @@ class GadgetSettings:
     remote_wakeup: str = _key(
         "auto", {"enum": list(WAKE_SETTINGS)}, "one of auto, on (patched kernels), off"
     )
-    # How often the UDC's state and is_selfpowered are re-read (gadget.usbstate: a suspend
-    # shows only in is_selfpowered on most UDCs, and that attribute is not notified).
+    # How often the UDC's state, is_selfpowered and the gadget's `suspended` are re-read
+    # (gadget.usbstate: most UDCs show a suspend only in the latter two, never notified).
     state_poll_interval: float = _seconds(0.1, 0.01, 60)
 
     def __post_init__(self) -> None:

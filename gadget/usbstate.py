@@ -7,14 +7,22 @@ and suspended (the target sleeps or autosuspended us). The UDC core calls sysfs_
 watcher also re-reads every `interval` seconds, for a file that never notifies (a plain file
 in tests, an old kernel). No busy polling either way.
 
-Many UDC drivers never set `suspended` (the composite layer does not; only some UDC drivers
-do). Kernels whose composite_suspend() marks the gadget self-powered (it may then draw only
-2 mA; composite_resume() clears that again for a configuration drawing more than 100 mA, ours
-draws max_power, 250 by default) show a suspend there: a bus-powered gadget that reads
-`configured` with `is_selfpowered` 1 is taken as suspended (`link_state`). That attribute is
-not notified, hence the watcher's interval re-read (0.1 s by default, two small reads).
-Debian's 6.1 dummy_hcd shows neither (measured in the kernel VM: the host's device
-runtime-suspended, the UDC `configured`, is_selfpowered 0): there a sleep is not seen.
+Many UDC drivers never set `suspended` in `state` (dummy_hcd leaves `configured`, below).
+The composite layer shows the suspend itself: its `suspended` attribute on the gadget's
+device (gadget.N, or gadget on older kernels, a child of the UDC's parent device:
+/sys/class/udc/<udc>/device/gadget.0/suspended) reads 1 from composite_suspend() until the
+resume, a bus reset or a disconnect. A `configured` UDC whose gadget reads 1 there is taken as
+suspended (`link_state`). Measured in the kernel VM (Debian 6.1.0-57, dummy_hcd, the host's
+device runtime-suspended): `state` configured, is_selfpowered 0, gadget.0/suspended 1, and 0
+again after the host's resume and after a remote wakeup. The file exists only while a gadget
+driver is bound; where it is missing, `state` and is_selfpowered decide as before.
+Some kernels' composite_suspend() also marks the gadget self-powered (`is_selfpowered`,
+cleared again by composite_resume() for a configuration drawing more than 100 mA, ours draws
+max_power, 250 by default); Debian 6.1's does that only for a configuration with the
+self-powered bit (bmAttributes 0x40), which ours has not: hence 0 above. A bus-powered
+gadget that reads `configured` with is_selfpowered 1 is taken as suspended too. Neither
+attribute is notified, hence the watcher's interval re-read (0.1 s by default: three small
+reads and a listing of the UDC's parent device).
 
 Remote wakeup: writing "1" to /sys/class/udc/<udc>/srp calls usb_gadget_wakeup(). The UDC core
 ignores its result, so whether the UDC can wake at all is decided from its driver: dwc3 (the
@@ -96,12 +104,38 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def link_state(state: str, selfpowered: str | None) -> str:
-    """The UDC's state as the link is: `configured` with is_selfpowered 1 is a suspended
-    bus-powered gadget (see the module's docstring)."""
-    if state == "configured" and selfpowered == "1":
+def gadget_dir(udc_dir: Path) -> Path | None:
+    """The gadget's device folder: the child gadget.N (gadget on older kernels) of the UDC's
+    parent device, None when there is none."""
+    parent = udc_dir / "device"
+    try:
+        with os.scandir(parent) as entries:
+            for entry in entries:
+                if entry.name == "gadget" or entry.name.startswith("gadget."):
+                    return parent / entry.name
+    except OSError:
+        pass
+    return None
+
+
+def gadget_suspended(udc_dir: Path) -> str | None:
+    """The composite layer's `suspended` attribute of the UDC's gadget ("1" while the host
+    has it suspended), None when there is no such file (no gadget driver bound, or a kernel
+    without it)."""
+    gadget = gadget_dir(udc_dir)
+    return None if gadget is None else _read(gadget / "suspended")
+
+
+def link_state(state: str, selfpowered: str | None, suspended: str | None = None) -> str:
+    """The UDC's state as the link is: `configured` with the gadget's `suspended` 1, or with
+    is_selfpowered 1, is a suspended bus-powered gadget (see the module's docstring)."""
+    if state == "configured" and "1" in (suspended, selfpowered):
         return "suspended"
     return state
+
+
+def _link_of(udc_dir: Path, state: str) -> str:
+    return link_state(state, _read(udc_dir / "is_selfpowered"), gadget_suspended(udc_dir))
 
 
 def read_state(udc_dir: Path) -> str:
@@ -110,7 +144,7 @@ def read_state(udc_dir: Path) -> str:
     state = _read(udc_dir / "state")
     if state is None:
         return "not attached"
-    return link_state(state, _read(udc_dir / "is_selfpowered"))
+    return _link_of(udc_dir, state)
 
 
 def request_wakeup(sysfs_root: Path, udc: str) -> None:
@@ -180,7 +214,7 @@ class StateWatcher:
                 if fd is not None:
                     try:  # a sysfs attribute is re-read from offset 0; that also re-arms POLLPRI
                         state = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                        raw = link_state(state, _read(self.udc_dir / "is_selfpowered"))
+                        raw = _link_of(self.udc_dir, state)
                     except OSError:
                         poller.unregister(fd)
                         os.close(fd)

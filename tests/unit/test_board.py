@@ -54,6 +54,7 @@ class FakeHost(FakeConfigfs):
         self.masters: dict[str, int] = {}  # role -> pty master (the host's end)
         self._slaves: dict[str, int] = {}
         self._timers: list[threading.Timer] = []
+        self._closed = False
         self._state_path.write_text("not attached\n")
 
     @property
@@ -84,13 +85,22 @@ class FakeHost(FakeConfigfs):
             if link.is_symlink() and link.name.startswith("hid."):
                 self._make_node(gadget, link.name)
         if self.present:
-            self._later(self.dip_s, "default")
-            self._later(2 * self.dip_s, "configured")
+            self._later(self.dip_s, "default", "configured")
         else:
             self._later(self.dip_s, "not attached")
 
-    def _later(self, delay: float, state: str) -> None:
-        timer = threading.Timer(delay, self._set_state, args=(state,))
+    def _later(self, delay: float, *states: str) -> None:
+        """`states` in order, `delay` seconds apart, one timer after the other: two timers
+        of their own raced on a loaded machine (the state file read 'default\\ned')."""
+
+        def step() -> None:
+            if self._closed:
+                return
+            self._set_state(states[0])
+            if states[1:]:
+                self._later(delay, *states[1:])
+
+        timer = threading.Timer(delay, step)
         self._timers.append(timer)
         timer.start()
 
@@ -131,6 +141,7 @@ class FakeHost(FakeConfigfs):
             out += chunk
 
     def close(self) -> None:
+        self._closed = True
         for timer in self._timers:
             timer.cancel()
         self._host_detach()

@@ -100,6 +100,80 @@ def test_a_configured_gadget_marked_self_powered_is_suspended(tmp_path: Path) ->
     assert usbstate.read_state(tmp_path / "gone") == "not attached"
 
 
+def udc_tree(root: Path, gadget: str = "gadget.0") -> tuple[Path, Path]:
+    """A UDC's class folder and its gadget's device folder, laid out as sysfs has them: the
+    UDC's `device` is its parent device, whose children are the UDC and the gadget."""
+    parent = root / "devices" / "platform" / "dummy_udc.0"
+    udc = root / "class" / "udc" / "dummy_udc.0"
+    for folder in (parent / "udc" / "dummy_udc.0", parent / "power", parent / gadget, udc):
+        folder.mkdir(parents=True, exist_ok=True)
+    os.symlink(parent, udc / "device")
+    (udc / "state").write_text("configured\n")
+    (udc / "is_selfpowered").write_text("0\n")
+    return udc, parent / gadget
+
+
+def test_the_composite_layers_suspended_attribute_marks_a_configured_gadget_suspended(
+    tmp_path: Path,
+) -> None:
+    """Debian 6.1's dummy_hcd (measured): UDC `configured`, is_selfpowered 0, the gadget's
+    `suspended` 1 while the host has it suspended."""
+    assert usbstate.link_state("configured", "0", "1") == "suspended"
+    assert usbstate.link_state("configured", "0", "0") == "configured"
+    assert usbstate.link_state("configured", "0", None) == "configured"  # no such attribute
+    assert usbstate.link_state("addressed", "0", "1") == "addressed"  # enumerating again
+    assert usbstate.link_state("not attached", None, "1") == "not attached"
+    udc, gadget = udc_tree(tmp_path)
+    assert usbstate.gadget_dir(udc) == udc / "device" / "gadget.0"
+    assert usbstate.gadget_suspended(udc) is None  # no gadget driver bound: unknown
+    assert usbstate.read_state(udc) == "configured"  # ... and what `state` says, as before
+    (gadget / "suspended").write_text("1\n")
+    assert usbstate.gadget_suspended(udc) == "1"
+    assert usbstate.read_state(udc) == "suspended"
+    (udc / "state").write_text("default\n")  # a bus reset: the kernel clears it, but not yet
+    assert usbstate.read_state(udc) == "default"
+    (udc / "state").write_text("configured\n")
+    (gadget / "suspended").write_text("0\n")
+    assert usbstate.read_state(udc) == "configured"
+
+
+def test_an_older_kernels_gadget_folder_is_found_and_none_is_unknown(tmp_path: Path) -> None:
+    udc, gadget = udc_tree(tmp_path / "old", gadget="gadget")  # before gadget.N names
+    (gadget / "suspended").write_text("1\n")
+    assert usbstate.read_state(udc) == "suspended"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "state").write_text("configured\n")  # no device link at all (a plain tree)
+    assert usbstate.gadget_dir(bare) is None and usbstate.read_state(bare) == "configured"
+
+
+def test_the_watcher_sees_the_gadget_suspend_by_its_re_read(tmp_path: Path) -> None:
+    udc, gadget = udc_tree(tmp_path)
+    (gadget / "suspended").write_text("0\n")
+    seen: list[str] = []
+    got = threading.Condition()
+
+    def changed(raw: str) -> None:
+        with got:
+            seen.append(raw)
+            got.notify_all()
+
+    watcher = usbstate.StateWatcher(udc, changed, interval=0.02)
+    watcher.start()
+    try:
+        with got:
+            assert got.wait_for(lambda: seen == ["configured"], timeout=5)
+        (gadget / "suspended").write_text("1\n")  # never notified: the re-read sees it
+        with got:
+            assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
+        (gadget / "suspended").unlink()  # the gadget driver unbound: unknown, `state` rules
+        with got:
+            assert got.wait_for(lambda: len(seen) == 3, timeout=5)
+    finally:
+        watcher.stop()
+    assert seen == ["configured", "suspended", "configured"]
+
+
 def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.write_text("configured\n")
@@ -119,7 +193,7 @@ def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> No
     try:
         with got:
             assert got.wait_for(lambda: seen == ["configured"], timeout=5)
-        powered.write_text("1\n")  # suspended, as dummy_hcd and dwc3 show it
+        powered.write_text("1\n")  # suspended, as a composite_suspend() marking it shows it
         with got:
             assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
         powered.write_text("0\n")

@@ -1,10 +1,11 @@
 """A target that sleeps, on the VM's real USB stack: the host autosuspends our device (as a
 sleeping PC or a locked phone suspends its bus) while it holds the HID event nodes open, the
-UDC says `suspended`, and the input engine, the USB link and the wake go through dummy_hcd's
-real suspend, remote wakeup and resume. The host's evdev events are the truth: after a refused
-input nothing arrives, then or after the resume (no press without its release, no autorepeat:
-the host's soft repeat is pushed out of reach as in the other keyboard tests, since a slow
-TCG scheduler adds repeats; a stale press shows as its key event all the same)."""
+daemon's own link sees it (the gadget's `suspended`), and the input engine, the USB link and
+the wake go through dummy_hcd's real suspend, remote wakeup and resume. The host's evdev
+events are the truth: after a refused input nothing arrives, then or after the resume (no
+press without its release, no autorepeat: the host's soft repeat is pushed out of reach as in
+the other keyboard tests, since a slow TCG scheduler adds repeats; a stale press shows as its
+key event all the same)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from daemon.config import Config, DeviceConfig, InputConfig
 from daemon.engine import InputEngine
 from daemon.engine import program as prog
 from daemon.errors import ToolError
+from gadget import usbstate
 from gadget.keymap import text_strokes
 from gadget.profiles import build_profile
 
@@ -54,7 +56,6 @@ class Rig:
     keyboard: str  # the target's evdev node of our keyboard
     following: AsyncGenerator[None, None]  # the board's UDC watcher, as the daemon runs it
     record: Record
-    stand_in: asyncio.Task[None] | None = None  # the host's view of the link (see suspended)
 
     async def type(self, text: str, tool: str = "keyboard_text") -> None:
         async with self.engine.invocation(tool) as s:
@@ -78,6 +79,7 @@ class Rig:
     def seen(self) -> str:
         """Both sides, for a failure message."""
         udc = {n: (UDC / n).read_text().strip() for n in ("state", "is_selfpowered")}
+        udc["gadget suspended"] = str(usbstate.gadget_suspended(UDC))
         host = (self.usb.sysfs / "power" / "runtime_status").read_text().strip()
         return f"link {self.engine.link.raw!r}, UDC {udc}, host runtime_status {host!r}"
 
@@ -88,33 +90,19 @@ class Rig:
         (self.usb.sysfs / "power" / "autosuspend_delay_ms").write_text("60000")
 
     async def _suspended(self) -> None:
-        """Until the link shows the host's suspend. Debian's 6.1 dummy_hcd does not show it
-        on the gadget side at all (measured: the host's device runtime-suspended, the UDC
-        still `configured` with is_selfpowered 0). There the host's own view stands in for
-        the UDC's (a stand-in, named as such: the engine, f_hid, remote wakeup over srp and
-        the host's input are all real): the link follows the device's runtime_status.
-        The host's suspend is awaited first, so a UDC that never shows it costs UDC_GRACE,
-        not SUSPEND_TIMEOUT."""
+        """Until the daemon's own link (the board's UDC watcher) shows the host's suspend. The
+        host's suspend is awaited first, so a gadget side that does not show it fails after
+        UDC_GRACE, not SUSPEND_TIMEOUT. Debian's 6.1 dummy_hcd leaves the UDC `configured`
+        (is_selfpowered 0): the composite layer's gadget.0/suspended shows it."""
         host = self.usb.sysfs / "power" / "runtime_status"
         deadline = time.monotonic() + SUSPEND_TIMEOUT
         while host.read_text().strip() != "suspended":
             assert time.monotonic() < deadline, f"no host suspend: {self.seen()}"
             await asyncio.sleep(0.01)
-        link = self.engine.link
-        if await link.wait_for(("suspended",), UDC_GRACE):
-            self.record("suspend_seen_by", "udc")
-            return
-        self.record("suspend_seen_by", "host_stand_in")
-
-        def host_view() -> None:
-            status = host.read_text().strip()  # resuming/suspending: not yet either
-            if status in ("suspended", "active"):
-                link.set("suspended" if status == "suspended" else "configured")
-
-        link.refresh = host_view
-        self.stand_in = asyncio.create_task(follow(host_view))
-        host_view()
-        assert link.state == "suspended"
+        assert await self.engine.link.wait_for(("suspended",), UDC_GRACE), (
+            f"the host suspended us, the link did not show it: {self.seen()}"
+        )
+        self.record("suspend_seen_by", seen_by())
 
     async def configured(self) -> None:
         assert await self.engine.link.wait_for(("configured",), SUSPEND_TIMEOUT), (
@@ -122,11 +110,13 @@ class Rig:
         )
 
 
-async def follow(view: Callable[[], None]) -> None:
-    """Re-read a view every 10 ms, as the board's watcher re-reads the UDC."""
-    while True:
-        view()
-        await asyncio.sleep(0.01)
+def seen_by() -> str:
+    """Which of the UDC's attributes shows the suspend (gadget.usbstate.link_state)."""
+    if (UDC / "state").read_text().strip() == "suspended":
+        return "udc state"
+    if usbstate.gadget_suspended(UDC) == "1":
+        return "gadget suspended"
+    return "udc is_selfpowered"
 
 
 Start = Callable[..., Awaitable[Rig]]
@@ -158,8 +148,6 @@ async def start(board: Board, record: Record) -> AsyncIterator[Start]:
 
     yield make
     for rig in rigs:
-        if rig.stand_in is not None:
-            rig.stand_in.cancel()
         if find_usb(rig.usb.vendor, rig.usb.product) is not None:
             rig.host_resume()
         await rig.engine.close()

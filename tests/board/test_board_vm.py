@@ -921,28 +921,34 @@ def test_6_power_cut_mid_workload_loses_nothing(
         f"power cuts: {power_cut.CUTS} (POWER_CUT_SEED={seed}), loss window "
         f"{power_cut.WINDOW_S} s, usual start {usual:.0f} s",
     )
+
+    def target_reads_again() -> None:
+        """The guest's helpers went with the boot: the target's side reads our devices again
+        before the next workload (usbhid polls a device only while a node is open: without
+        the recorder the pointer's reports were never read and every tap after the first cut
+        answered target_not_attached), and the checks after this test see the link."""
+        since = recorder.mark(), phone_link.mark()
+        recorder.restart()
+        phone_link.restart()
+        recorder.wait_for(lambda ls: any(x.get("ready") for x in ls), "the recorder", 60, since[0])
+        phone_link.wait_for(
+            lambda ls: any(x.startswith("phone-link: ready") for x in ls),
+            "the phone's link keeper",
+            60,
+            since[1],
+        )
+
     failures = []
     for cut in range(1, power_cut.CUTS + 1):
         problems = power_cut.cut_once(board, rng, cut, known)
         if problems:
             failures.append(f"cut {cut}: {'; '.join(problems)}")
-            if board.proc is None or board.proc.poll() is not None:
-                break  # the board did not come back: nothing more to cut
+        if board.proc is None or board.proc.poll() is not None:
+            break  # the board did not come back: nothing more to cut
+        target_reads_again()
     cuts_s = time.monotonic() - start
     record_property("power_cuts_s", f"{cuts_s:.0f} for {power_cut.CUTS} cut(s)")
     assert board.proc is not None and board.proc.poll() is None, "\n".join(failures)
-    # The guest's helpers went with the boot: started again for the checks after this one,
-    # which also see the token and certificate the workload left.
-    since = recorder.mark(), phone_link.mark()
-    recorder.restart()
-    phone_link.restart()
-    recorder.wait_for(lambda ls: any(x.get("ready") for x in ls), "the recorder", 60, since[0])
-    phone_link.wait_for(
-        lambda ls: any(x.startswith("phone-link: ready") for x in ls),
-        "the phone's link keeper",
-        60,
-        since[1],
-    )
     now = power_cut.pair(board)
     deployed["token"], deployed["pin"] = now["token"].strip(), now["fingerprint"]
     board.run(f"cat > {PIN_FILE}", input=now["fingerprint"])

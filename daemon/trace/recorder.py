@@ -62,6 +62,7 @@ BATCH_WINDOW_S = 0.25
 # board's writer fell behind, and a 256 MB board ran out of memory. Two: one call behind.
 PENDING_FRAMES = 2
 _STOP = object()
+Built = tuple[store.Row, dict[str, Frame]]  # a record and the frames of its images
 
 
 def secret_names(schema: Any) -> frozenset[str]:
@@ -363,7 +364,9 @@ class Recorder:
                 stop = any(item is _STOP for item in batch)
                 invocations = [i for i in batch if i is not _STOP]
                 try:
-                    self._write(conn, ledger, self._rows(invocations))
+                    built = self._rows(invocations)
+                    self._write(conn, ledger, [row for row, _ in built])
+                    self._write_images(conn, ledger, built)
                 except Exception as exc:  # the file refused (OSError, sqlite3.Error) or worse:
                     self._disable(exc)  # either way said once, never a silently dead writer
                     return
@@ -406,7 +409,32 @@ class Recorder:
             self.pruned += removed
             log.debug("trace_pruned", removed=removed)
 
-    def _rows(self, invocations: list[Invocation]) -> list[store.Row]:
+    def _write_images(
+        self, conn: sqlite3.Connection, ledger: store.Ledger, built: list[Built]
+    ) -> None:
+        """The batch's pictures, once its records are committed: a record is durable one batch
+        window after its call ended, whatever its frames cost to encode (a tap's two 1080p
+        frames took seconds of a loaded board VM, past the trail's loss window, and a power
+        cut there lost the acknowledged record with them)."""
+        shots = []
+        for row, chosen in built:
+            for kind, frame in chosen.items():
+                try:
+                    shots.append((row.values[0], row.trusted, self._image(kind, frame)))
+                except Exception as exc:  # a picture this code cannot encode is lost alone
+                    log.warning("trace_image_dropped", kind=kind, error=repr(exc)[:500])
+        if not shots:
+            return
+        coming = {True: 0, False: 0}
+        for _, trusted, image in shots:
+            coming[trusted] += store.image_bytes(image)
+        removed = store.prune(conn, self.max_bytes, self.config.max_age_s, ledger, coming)
+        store.add_images(conn, shots, ledger)
+        if store.used_bytes(conn) > self.max_bytes:
+            removed += store.prune(conn, self.max_bytes, self.config.max_age_s, ledger)
+        self.pruned += removed
+
+    def _rows(self, invocations: list[Invocation]) -> list[Built]:
         rows = []
         for inv in invocations:
             try:
@@ -416,7 +444,8 @@ class Recorder:
                 log.warning("trace_record_dropped", tool=inv.tool, error=repr(exc)[:500])
         return rows
 
-    def _row(self, inv: Invocation) -> store.Row:
+    def _row(self, inv: Invocation) -> Built:
+        """The invocation's record, and the frames its images are made from (_write_images)."""
         frames = [(kind, v) for kind, v in inv.evidence if kind in ("before", "after")]
         self._pending_frames -= len(frames)
         policy, hid, names = self._tool_facts(inv.tool)
@@ -451,12 +480,8 @@ class Recorder:
         for kind, frame in frames:
             if kind == "after" or kind not in chosen:
                 chosen[kind] = frame
-        return store.Row(
-            values,
-            tuple(self._image(k, f) for k, f in chosen.items()),
-            trusted=inv.ran and inv.trusted,
-            request_bytes=inv.request_bytes,
-        )
+        row = store.Row(values, trusted=inv.ran and inv.trusted, request_bytes=inv.request_bytes)
+        return row, chosen
 
     def _tool_facts(self, name: str) -> tuple[str, bool, frozenset[str]]:
         """(policy, hid, secret argument names) of a tool, looked up once per name."""

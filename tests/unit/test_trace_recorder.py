@@ -13,10 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from daemon.catalog import Caller, Catalog, Guard, Invocation, ToolSpec, object_schema
 from daemon.config import TraceConfig
+from daemon.frames import Frame
 from daemon.trace import recorder, store
 from daemon.trace.recorder import Recorder
 
@@ -47,17 +49,17 @@ def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.01)
 
 
-async def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path) -> None:
-    """A frame that cannot be encoded loses its own record (counted), not the writer."""
+async def test_a_picture_the_writer_cannot_encode_is_lost_alone(tmp_path: Path) -> None:
+    """A frame that cannot be encoded loses its own picture, not its record nor the writer."""
     rec = _recorder(tmp_path)
     rec.start()
     try:
         rec.observe(_invocation(1, evidence=(("before", object()),)))  # not a Frame
         rec.observe(_invocation(2))
-        _until(lambda: rec.recorded == 1 and rec.dropped == 1)
-        assert rec.status()["recording"] is True
-        rec.observe(_invocation(3))
         _until(lambda: rec.recorded == 2)
+        assert rec.status()["recording"] is True and rec.dropped == 0
+        rec.observe(_invocation(3))
+        _until(lambda: rec.recorded == 3)
     finally:
         rec.stop()
     with contextlib.closing(store.open_reader(tmp_path / store.DB_NAME)) as conn:
@@ -65,7 +67,51 @@ async def test_a_record_the_writer_cannot_build_is_dropped_alone(tmp_path: Path)
             r["id"]
             for r in store.select(conn, store.parse_filter({}, default_limit=9, max_limit=9))
         ]
-    assert sorted(ids) == [f"{2:032x}", f"{3:032x}"]
+        assert conn.execute("SELECT count(*) FROM images").fetchone()[0] == 0
+    assert sorted(ids) == [f"{n:032x}" for n in (1, 2, 3)]
+
+
+async def test_a_record_is_stored_before_its_pictures_are_encoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power cut may lose only the last batch window of the trail: a record must not wait for
+    its frames' JPEG encoding (seconds of a loaded board's CPU). Its images follow in their own
+    transaction, and its size in its share counts them then."""
+    frame = Frame(np.full((1080, 1920, 3), 200, np.uint8), 1, time.monotonic(), time.time())
+    encoding, go_on = threading.Event(), threading.Event()
+    real = Recorder._image
+
+    def slow_image(self: Recorder, kind: str, f: Frame) -> store.Image:
+        encoding.set()
+        assert go_on.wait(30)
+        return real(self, kind, f)
+
+    monkeypatch.setattr(Recorder, "_image", slow_image)
+    rec = _recorder(tmp_path)
+    rec.start()
+    path = tmp_path / store.DB_NAME
+    try:
+        rec.observe(_invocation(1, evidence=(("before", frame), ("after", frame))))
+        assert encoding.wait(15)
+        with contextlib.closing(store.open_reader(path)) as conn:  # committed: a cut keeps it
+            stored = conn.execute("SELECT bytes FROM invocations").fetchall()
+            assert (
+                len(stored) == 1 and conn.execute("SELECT count(*) FROM images").fetchone()[0] == 0
+            )
+        go_on.set()
+        _until(lambda: _images(path) == 2)
+    finally:
+        go_on.set()
+        rec.stop()
+    with contextlib.closing(store.open_reader(path)) as conn:
+        (grown,) = conn.execute("SELECT bytes FROM invocations").fetchone()
+        (jpegs,) = conn.execute("SELECT sum(length(jpeg) + 32) FROM images").fetchone()
+    assert grown == stored[0][0] + jpegs
+
+
+def _images(path: Path) -> int:
+    with contextlib.closing(store.open_reader(path)) as conn:
+        return int(conn.execute("SELECT count(*) FROM images").fetchone()[0])
 
 
 async def test_a_backlog_is_written_without_waiting_a_window_per_batch(

@@ -38,7 +38,7 @@ class Row:
 
     def size(self) -> int:
         """What the row costs its share: its values' bytes, its images and ROW_OVERHEAD."""
-        n = ROW_OVERHEAD + sum(len(i.jpeg) + 32 for i in self.images)
+        n = ROW_OVERHEAD + sum(image_bytes(i) for i in self.images)
         for v in self.values:
             if isinstance(v, str):
                 n += len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass"))
@@ -180,6 +180,43 @@ def insert(conn: sqlite3.Connection, rows: Sequence[Row], ledger: Ledger | None 
     if ledger is not None:
         for r, n in zip(rows, sizes, strict=True):
             ledger.held[r.trusted] += n
+
+
+def add_images(
+    conn: sqlite3.Connection, shots: Sequence[tuple[str, bool, Image]], ledger: Ledger | None = None
+) -> None:
+    """Images (invocation id, its share, image) for records already stored, in a transaction of
+    their own: a record is not held back by its pictures' encoding. An image whose record is
+    gone (pruned meanwhile) is left out. Each record's `bytes` grows by what its images cost."""
+    ids = sorted({i for i, _, _ in shots})
+    marks = ",".join("?" * len(ids))
+    there = {r[0] for r in conn.execute(f"SELECT id FROM invocations WHERE id IN ({marks})", ids)}
+    kept = [(i, trusted, image) for i, trusted, image in shots if i in there]
+    if not kept:
+        return
+    conn.execute("BEGIN")
+    try:
+        conn.executemany(
+            "INSERT OR REPLACE INTO images VALUES (?, ?, ?, ?, ?)",
+            [(i, m.kind, m.width, m.height, m.jpeg) for i, _, m in kept],
+        )
+        conn.executemany(
+            "UPDATE invocations SET bytes = bytes + ? WHERE id = ?",
+            [(image_bytes(m), i) for i, _, m in kept],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    if ledger is not None:
+        for _, trusted, m in kept:
+            ledger.held[trusted] += image_bytes(m)
+
+
+def image_bytes(image: Image) -> int:
+    """What an image costs its record's share (Row.size counts the same)."""
+    return len(image.jpeg) + 32
 
 
 def used_bytes(conn: sqlite3.Connection) -> int:

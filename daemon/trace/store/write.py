@@ -7,7 +7,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,13 +154,25 @@ class Ledger:
             self.held[bool(trusted)] = int(total)
 
 
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN ... COMMIT, rolled back when anything in it raises."""
+    conn.execute("BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def insert(conn: sqlite3.Connection, rows: Sequence[Row], ledger: Ledger | None = None) -> None:
     """One transaction for the whole batch (one fsync on the SD card, not one per call)."""
     columns = (*RECORDED, "trusted", "request_bytes", "bytes")
     marks = ",".join("?" * len(columns))
     sizes = [r.size() for r in rows]
-    conn.execute("BEGIN")
-    try:
+    with _transaction(conn):
         conn.executemany(
             f"INSERT OR REPLACE INTO invocations ({','.join(columns)}) VALUES ({marks})",
             [
@@ -172,11 +184,6 @@ def insert(conn: sqlite3.Connection, rows: Sequence[Row], ledger: Ledger | None 
             "INSERT OR REPLACE INTO images VALUES (?, ?, ?, ?, ?)",
             [(r.values[0], i.kind, i.width, i.height, i.jpeg) for r in rows for i in r.images],
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     if ledger is not None:
         for r, n in zip(rows, sizes, strict=True):
             ledger.held[r.trusted] += n
@@ -194,8 +201,7 @@ def add_images(
     kept = [(i, trusted, image) for i, trusted, image in shots if i in there]
     if not kept:
         return
-    conn.execute("BEGIN")
-    try:
+    with _transaction(conn):
         conn.executemany(
             "INSERT OR REPLACE INTO images VALUES (?, ?, ?, ?, ?)",
             [(i, m.kind, m.width, m.height, m.jpeg) for i, _, m in kept],
@@ -204,11 +210,6 @@ def add_images(
             "UPDATE invocations SET bytes = bytes + ? WHERE id = ?",
             [(image_bytes(m), i) for i, _, m in kept],
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     if ledger is not None:
         for _, trusted, m in kept:
             ledger.held[trusted] += image_bytes(m)
@@ -328,16 +329,10 @@ def _drop_oldest(conn: sqlite3.Connection, ledger: Ledger, trusted: bool, excess
 
 
 def _delete(conn: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> int:
-    conn.execute("BEGIN")
-    try:
+    with _transaction(conn):
         conn.execute(
             f"DELETE FROM images WHERE invocation_id IN (SELECT id FROM invocations WHERE {where})",
             params,
         )
         n = conn.execute(f"DELETE FROM invocations WHERE {where}", params).rowcount
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return int(n)

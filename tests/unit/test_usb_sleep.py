@@ -7,6 +7,7 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -150,28 +151,35 @@ def test_an_older_kernels_gadget_folder_is_found_and_none_is_unknown(tmp_path: P
 def test_the_watcher_sees_the_gadget_suspend_by_its_re_read(tmp_path: Path) -> None:
     udc, gadget = udc_tree(tmp_path)
     (gadget / "suspended").write_text("0\n")
-    seen: list[str] = []
-    got = threading.Condition()
-
-    def changed(raw: str) -> None:
-        with got:
-            seen.append(raw)
-            got.notify_all()
-
-    watcher = usbstate.StateWatcher(udc, changed, interval=0.02)
+    seen = Seen()
+    watcher = usbstate.StateWatcher(udc, seen.changed, interval=0.02)
     watcher.start()
     try:
-        with got:
-            assert got.wait_for(lambda: seen == ["configured"], timeout=5)
+        seen.until(lambda s: s == ["configured"])
         (gadget / "suspended").write_text("1\n")  # never notified: the re-read sees it
-        with got:
-            assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
+        seen.until(lambda s: s == ["configured", "suspended"])
         (gadget / "suspended").unlink()  # the gadget driver unbound: unknown, `state` rules
-        with got:
-            assert got.wait_for(lambda: len(seen) == 3, timeout=5)
+        seen.until(lambda s: len(s) == 3)
     finally:
         watcher.stop()
-    assert seen == ["configured", "suspended", "configured"]
+    assert seen.states == ["configured", "suspended", "configured"]
+
+
+class Seen:
+    """The states a StateWatcher reported (from its thread), and a wait for a condition on them."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+        self._got = threading.Condition()
+
+    def changed(self, raw: str) -> None:
+        with self._got:
+            self.states.append(raw)
+            self._got.notify_all()
+
+    def until(self, check: Callable[[list[str]], bool]) -> None:
+        with self._got:
+            assert self._got.wait_for(lambda: check(self.states), timeout=5), self.states
 
 
 def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> None:
@@ -179,34 +187,23 @@ def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> No
     state.write_text("configured\n")
     powered = tmp_path / "is_selfpowered"
     powered.write_text("0\n")
-    seen: list[str] = []
-    got = threading.Condition()
-
-    def changed(raw: str) -> None:
-        with got:
-            seen.append(raw)
-            got.notify_all()
-
+    seen = Seen()
     # A plain file never notifies: the interval re-read is what sees its change here.
-    watcher = usbstate.StateWatcher(tmp_path, changed, interval=0.02)
+    watcher = usbstate.StateWatcher(tmp_path, seen.changed, interval=0.02)
     watcher.start()
     try:
-        with got:
-            assert got.wait_for(lambda: seen == ["configured"], timeout=5)
+        seen.until(lambda s: s == ["configured"])
         powered.write_text("1\n")  # suspended, as a composite_suspend() marking it shows it
-        with got:
-            assert got.wait_for(lambda: seen == ["configured", "suspended"], timeout=5)
+        seen.until(lambda s: s == ["configured", "suspended"])
         powered.write_text("0\n")
-        with got:
-            assert got.wait_for(lambda: seen[-1] == "configured", timeout=5)
+        seen.until(lambda s: s[-1] == "configured")
         state.unlink()  # the UDC went away
-        with got:
-            assert got.wait_for(lambda: seen[-1] == "not attached", timeout=5)
+        seen.until(lambda s: s[-1] == "not attached")
     finally:
         t0 = time.monotonic()
         watcher.stop()
         assert time.monotonic() - t0 < 1  # the stop pipe wakes it, not its interval
-    assert seen == ["configured", "suspended", "configured", "not attached"]
+    assert seen.states == ["configured", "suspended", "configured", "not attached"]
 
 
 # --- the link and the wake -----------------------------------------------------------------------

@@ -53,6 +53,7 @@ from daemon.trace.store.schema import (
     Image,
 )
 from daemon.trace.store.write import (
+    COMPANIONS,
     PRUNE_TO,
     SYNCHRONOUS,
     UNTRUSTED_SHARE,
@@ -74,6 +75,7 @@ from daemon.trace.store.write import (
 
 __all__ = [
     "COLUMNS",
+    "COMPANIONS",
     "DB_NAME",
     "FILTERS",
     "FLAGS",

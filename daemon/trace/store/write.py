@@ -93,9 +93,10 @@ def open_writer(path: Path, max_bytes: int | None = None) -> sqlite3.Connection:
     size cap) the WAL is kept to a quarter of it (4 MiB at most), so a small cap is not dwarfed
     by its WAL. Raises Damaged for a file that fails its check, else sqlite3.Error / OSError
     when it cannot."""
-    # A WAL left behind: the last writer did not close (a cut, a kill), so the whole check.
+    # A WAL or a rollback journal left behind: the last writer did not close (a cut, a kill;
+    # the journal: in the file's first transactions, before it is in WAL), so the whole check.
     # (quick_check missed a file cut short by one byte: an index row gone.)
-    unclean = os.path.exists(f"{path}-wal")
+    unclean = any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-journal"))
     _private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
@@ -126,12 +127,18 @@ def open_writer(path: Path, max_bytes: int | None = None) -> sqlite3.Connection:
     return conn
 
 
+# The files SQLite keeps beside a database, named after it: a new database at the same path
+# must not inherit them (SQLite would play a hot journal left by the old one into the new).
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+
 def set_aside(path: Path, now: float | None = None) -> Path | None:
-    """Move a damaged database aside with its WAL and shared memory (PATH.damaged-STAMP, -wal,
-    -shm: SQLite still opens it for reading), so that a new one can start. None: it stayed."""
+    """Move a damaged database aside with its COMPANIONS (PATH.damaged-STAMP, -wal, -shm,
+    -journal: SQLite still opens it for reading), so that a new one can start. None: it
+    stayed."""
     kept = private_files.set_aside(path, "damaged", now)
     if kept is not None:
-        for suffix in ("-wal", "-shm"):
+        for suffix in COMPANIONS:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{path}{suffix}", f"{kept}{suffix}")
         private_files.fsync_folder(path.parent)

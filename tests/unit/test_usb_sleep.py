@@ -148,23 +148,6 @@ def test_an_older_kernels_gadget_folder_is_found_and_none_is_unknown(tmp_path: P
     assert usbstate.gadget_dir(bare) is None and usbstate.read_state(bare) == "configured"
 
 
-def test_the_watcher_sees_the_gadget_suspend_by_its_re_read(tmp_path: Path) -> None:
-    udc, gadget = udc_tree(tmp_path)
-    (gadget / "suspended").write_text("0\n")
-    seen = Seen()
-    watcher = usbstate.StateWatcher(udc, seen.changed, interval=0.02)
-    watcher.start()
-    try:
-        seen.until(lambda s: s == ["configured"])
-        (gadget / "suspended").write_text("1\n")  # never notified: the re-read sees it
-        seen.until(lambda s: s == ["configured", "suspended"])
-        (gadget / "suspended").unlink()  # the gadget driver unbound: unknown, `state` rules
-        seen.until(lambda s: len(s) == 3)
-    finally:
-        watcher.stop()
-    assert seen.states == ["configured", "suspended", "configured"]
-
-
 class Seen:
     """The states a StateWatcher reported (from its thread), and a wait for a condition on them."""
 
@@ -180,6 +163,23 @@ class Seen:
     def until(self, check: Callable[[list[str]], bool]) -> None:
         with self._got:
             assert self._got.wait_for(lambda: check(self.states), timeout=5), self.states
+
+
+def test_the_watcher_sees_the_gadget_suspend_by_its_re_read(tmp_path: Path) -> None:
+    udc, gadget = udc_tree(tmp_path)
+    (gadget / "suspended").write_text("0\n")
+    seen = Seen()
+    watcher = usbstate.StateWatcher(udc, seen.changed, interval=0.02)
+    watcher.start()
+    try:
+        seen.until(lambda s: s == ["configured"])
+        (gadget / "suspended").write_text("1\n")  # never notified: the re-read sees it
+        seen.until(lambda s: s == ["configured", "suspended"])
+        (gadget / "suspended").unlink()  # the gadget driver unbound: unknown, `state` rules
+        seen.until(lambda s: len(s) == 3)
+    finally:
+        watcher.stop()
+    assert seen.states == ["configured", "suspended", "configured"]
 
 
 def test_the_watcher_reports_each_change_and_stops_at_once(tmp_path: Path) -> None:

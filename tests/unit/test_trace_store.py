@@ -75,6 +75,20 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
         store.open_writer(path)
 
 
+def test_a_batch_that_fails_midway_is_rolled_back_whole(tmp_path: Path) -> None:
+    """A batch whose images statement fails (bytes SQLite cannot bind) leaves none of its
+    records and the connection out of its transaction: the next batch is written."""
+    with contextlib.closing(store.open_writer(tmp_path / "t.db")) as conn:
+        unbindable = store.Image("before", 4, 4, [0] * 4)  # type: ignore[arg-type]
+        bad = [row(1, 10.0), store.Row(row(2, 11.0).values, (unbindable,))]
+        with pytest.raises(sqlite3.Error):
+            store.insert(conn, bad)
+        assert not conn.in_transaction
+        assert conn.execute("SELECT count(*) FROM invocations").fetchone()[0] == 0
+        store.insert(conn, [row(3, 12.0)])
+        assert [r[0] for r in conn.execute("SELECT id FROM invocations")] == ["id3"]
+
+
 def test_select_filters_and_orders(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     with contextlib.closing(store.open_writer(path)) as conn:

@@ -47,15 +47,20 @@ class Row:
         return n
 
 
+# The files SQLite keeps beside a database, named after it: a new database at the same path
+# must not inherit them (SQLite would play a hot journal left by the old one into the new).
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+
 def _private(path: Path) -> None:
-    """The database, its WAL and its shared memory readable by the daemon's user alone (audit
-    data). SQLite gives the -wal and -shm files the database file's mode when it makes them, so
+    """The database and its COMPANIONS readable by the daemon's user alone (audit data).
+    SQLite gives the -wal, -shm and -journal files the database file's mode when it makes them, so
     the database is made 0600 before it is opened: chmodding it afterwards left the WAL, which
     holds the newest records, at the umask's 0644. Files an older daemon left are mended too."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+    for part in (str(path), *(f"{path}{suffix}" for suffix in COMPANIONS)):
         with contextlib.suppress(FileNotFoundError):
-            part.chmod(0o600)
+            os.chmod(part, 0o600)
 
 
 # FULL in WAL: each commit (one batch of the recorder, BATCH_WINDOW_S) is fsynced, so a power
@@ -125,11 +130,6 @@ def open_writer(path: Path, max_bytes: int | None = None) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-# The files SQLite keeps beside a database, named after it: a new database at the same path
-# must not inherit them (SQLite would play a hot journal left by the old one into the new).
-COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 def set_aside(path: Path, now: float | None = None) -> Path | None:
